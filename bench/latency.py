@@ -1,0 +1,265 @@
+"""Produce-to-visible latency of ``readStream.format("sparklog")``, against a bare Python
+streaming source in the same run.
+
+sparklog: a confluent-kafka producer (acks=all; librdkafka's defaults, linger.ms=5) sends
+``--rate`` records per second for ``--seconds`` to a broker process on loopback; each
+record's timestamp is its produce time (CreateTime). A streaming query over the topic with a
+0-second processing-time trigger collects each micro-batch in ``foreachBatch`` and notes the
+time it has the rows; a record's latency = that time - its timestamp.
+
+Baseline: the same query shape over a bare Python ``DataSourceStreamReader`` whose records
+"appear" at the same rate by the clock alone (offset = elapsed seconds x rate, timestamp =
+the instant the offset became available, ``read()`` builds the rows in memory). It has no
+broker, no fsync, no storage: its latency is what Spark's micro-batch loop and the Python
+data source machinery cost, the floor any Python source stands on.
+
+The first ``--warmup`` seconds of each run are not counted. Reported: p50, p90, p99, max,
+and sparklog's p50/p99 as a ratio of the baseline's.
+
+    .venv/bin/python bench/latency.py --quick      # 15 s per run
+    .venv/bin/python bench/latency.py              # 60 s per run
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing
+import os
+import platform
+import statistics
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pyarrow as pa
+from _broker import (  # fmt: skip
+    BrokerProcess,
+    cleanup_on_signals,
+    fmt_table,
+    load_average,
+    percentile,
+    temp_dir,
+    wait_for_quiet,
+)
+from confluent_kafka import Producer
+from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+
+TOPIC = "latency"
+
+
+class _Range(InputPartition):
+    def __init__(self, start: int, end: int, t0: float, rate: float) -> None:
+        self.start, self.end, self.t0, self.rate = start, end, t0, rate
+
+
+class ClockStreamReader(DataSourceStreamReader):
+    """Offset n becomes available at t0 + n / rate; its timestamp is that instant."""
+
+    def __init__(self, t0: float, rate: float) -> None:
+        self.t0, self.rate = t0, rate
+
+    def initialOffset(self) -> dict[str, int]:
+        return {"n": self._now()}
+
+    def _now(self) -> int:
+        return max(int((time.time() - self.t0) * self.rate), 0)
+
+    def latestOffset(self) -> dict[str, int]:
+        return {"n": self._now()}
+
+    def partitions(self, start: dict[str, int], end: dict[str, int]) -> list[_Range]:
+        return [_Range(start["n"], end["n"], self.t0, self.rate)]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, _Range)
+        n = range(partition.start, partition.end)
+        ts = [int((partition.t0 + i / partition.rate) * 1_000_000) for i in n]
+        yield pa.record_batch(
+            [pa.array(list(n), pa.int64()), pa.array(ts, pa.timestamp("us", tz="UTC"))],
+            names=["offset", "timestamp"],
+        )
+
+    def commit(self, end: dict[str, int]) -> None:
+        return None
+
+
+class ClockSource(DataSource):
+    @classmethod
+    def name(cls) -> str:
+        return "bench_clock"
+
+    def schema(self) -> str:
+        return "offset long, timestamp timestamp"
+
+    def streamReader(self, schema: Any) -> ClockStreamReader:
+        return ClockStreamReader(float(self.options["t0"]), float(self.options["rate"]))
+
+
+def run_query(spark: Any, reader: Any, checkpoint: str, seconds: float, warmup: float,
+              producer: Any, warm: Callable[[], None]) -> list[float]:  # fmt: skip
+    """Latencies in ms of the records timestamped after the warm-up.
+
+    The query first sees some rows (``warm()`` makes some appear) - its first data batch
+    starts the Python workers and compiles, seconds that are Spark's start-up, not latency;
+    then the steady load starts (``producer``, or the clock source's own records) and the
+    records of its first ``warmup`` seconds are not counted either.
+    """
+    latencies: list[float] = []
+    cutoff = [float("inf")]
+    saw_rows = threading.Event()
+
+    def on_batch(df: Any, batch_id: int) -> None:
+        rows = df.select("timestamp").collect()
+        now = time.time()
+        if rows:
+            saw_rows.set()
+        latencies.extend(
+            (now - r.timestamp.timestamp()) * 1000
+            for r in rows
+            if r.timestamp.timestamp() > cutoff[0]
+        )
+
+    q = (
+        reader.writeStream.foreachBatch(on_batch)
+        .option("checkpointLocation", checkpoint)
+        .trigger(processingTime="0 seconds")
+        .start()
+    )
+    warm()
+    if not saw_rows.wait(300):
+        raise RuntimeError("the query saw no rows in 300 s")
+    cutoff[0] = time.time() + warmup
+    if producer is not None:
+        producer.start()
+        producer.join()
+        time.sleep(2)  # the last records reach the query
+    else:
+        time.sleep(seconds + warmup)
+    q.stop()
+    steps: dict[str, list[int]] = {}
+    for p in q.recentProgress:
+        if p["numInputRows"]:
+            for k, v in p["durationMs"].items():
+                steps.setdefault(k, []).append(v)
+    medians = ", ".join(f"{k} {statistics.median(v):.0f}" for k, v in sorted(steps.items()))
+    print(f"  micro-batch steps, median ms: {medians}", flush=True)
+    return latencies
+
+
+def produce_steadily(bootstrap: str, rate: int, seconds: float, acks: str = "") -> None:
+    """``rate`` records a second for ``seconds``; the produce-to-ack latencies (ms) of the
+    records are written to the file ``acks`` (JSON), if given."""
+    # librdkafka's own defaults (linger.ms=5): with linger.ms=0 and its unbounded pipelining
+    # (max.in.flight 1,000,000) the broker's per-request cost queues acks (see benchmarks.md)
+    p = Producer({"bootstrap.servers": bootstrap, "acks": "all"})
+    acked: list[float] = []
+
+    def delivered(err: Any, msg: Any) -> None:
+        if err is None:
+            acked.append(time.time() * 1000 - msg.timestamp()[1])
+
+    start = time.time()
+    n = 0
+    value = b"x" * 100
+    while (elapsed := time.time() - start) < seconds:
+        due = int(elapsed * rate)
+        while n < due:
+            p.produce(TOPIC, key=b"k%d" % (n % 1000), value=value, on_delivery=delivered)
+            n += 1
+        p.poll(0)
+        time.sleep(0.001)
+    p.flush(30)
+    if acks:
+        with open(acks, "w") as f:
+            json.dump(acked, f)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--rate", type=int, default=500, help="records per second")
+    ap.add_argument("--seconds", type=float, default=60.0)
+    ap.add_argument("--warmup", type=float, default=10.0)
+    ap.add_argument("--wait-quiet", type=float, default=60.0)
+    ap.add_argument("--quick", action="store_true", help="15 s runs")
+    args = ap.parse_args()
+    if args.quick:
+        args.seconds, args.warmup = 15.0, 5.0
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    cleanup_on_signals()
+    from pyspark.sql import SparkSession
+
+    import sparklog.spark
+    from sparklog.broker import client as kc
+
+    results: dict[str, list[float]] = {}
+    with temp_dir("sparklog-bench-latency") as tmp:
+        spark = (
+            SparkSession.builder.master("local[2]")
+            .appName("bench-latency")
+            .config("spark.ui.enabled", "false")
+            .config("spark.sql.shuffle.partitions", "2")
+            .getOrCreate()
+        )
+        spark.sparkContext.setLogLevel("ERROR")
+        sparklog.spark.register(spark)
+        spark.dataSource.register(ClockSource)
+        with BrokerProcess(os.path.join(tmp, "data")) as broker:
+            with kc.KafkaClient(broker.bootstrap) as c:
+                kc.create_topic(c, TOPIC, 1, {})
+            print(f"quiet: {wait_for_quiet(args.wait_quiet)}", flush=True)
+            reader = (
+                spark.readStream.format("sparklog").option("subscribe", TOPIC)
+                .option("startingOffsets", "earliest").load(broker.data_dir)
+            )  # fmt: skip
+            # the producer is a process of its own, as an application is: in this process
+            # it would share the GIL with the driver's foreachBatch and py4j threads
+            acks = os.path.join(tmp, "acks.json")
+            producer = multiprocessing.get_context("spawn").Process(
+                target=produce_steadily,
+                args=(broker.bootstrap, args.rate, args.seconds + args.warmup, acks),
+            )
+
+            def warm() -> None:  # a few records, so the first data batch runs now
+                p = Producer({"bootstrap.servers": broker.bootstrap, "acks": "all"})
+                for i in range(10):
+                    p.produce(TOPIC, value=b"warm-%d" % i)
+                p.flush(30)
+
+            results["sparklog"] = run_query(spark, reader, os.path.join(tmp, "ck1"),
+                                            args.seconds, args.warmup, producer, warm)  # fmt: skip
+            with open(acks) as f:
+                ack_ms = json.load(f)
+        print(f"quiet: {wait_for_quiet(args.wait_quiet)}", flush=True)
+        reader = (
+            spark.readStream.format("bench_clock").option("t0", str(time.time()))
+            .option("rate", str(args.rate)).load()
+        )  # fmt: skip
+        results["bare source"] = run_query(spark, reader, os.path.join(tmp, "ck2"),
+                                           args.seconds, args.warmup, None,
+                                           lambda: None)  # fmt: skip
+        spark.stop()
+    print()
+    print(f"{platform.node()}  {os.cpu_count()} CPUs  load {load_average()}  "
+          f"rate={args.rate}/s  seconds={args.seconds:.0f}")  # fmt: skip
+    rows = []
+    for name, lat in results.items():
+        if not lat:
+            raise SystemExit(f"{name}: no records were seen")
+        cells = [f"{percentile(lat, q):.0f}" for q in (0.5, 0.9, 0.99)] + [f"{max(lat):.0f}"]
+        rows.append([name, f"{len(lat):,}", *cells])
+    print(fmt_table(["source", "records", "p50 ms", "p90 ms", "p99 ms", "max ms"], rows))
+    print(f"\nproducer acks (acks=all, fsynced) during the sparklog run: p50 "
+          f"{percentile(ack_ms, 0.5):.0f} ms, p99 {percentile(ack_ms, 0.99):.0f} ms")  # fmt: skip
+    ours, bare = results["sparklog"], results["bare source"]
+    print(f"\nsparklog / bare source: p50 {percentile(ours, 0.5) / percentile(bare, 0.5):.2f}, "
+          f"p99 {percentile(ours, 0.99) / percentile(bare, 0.99):.2f}  "
+          "(targets: p50 <= 200 ms, p99 <= 400 ms)")  # fmt: skip
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,607 @@
+"""Broker produce benchmark: a confluent-kafka producer against a sparklog broker process,
+with two in-run baselines.
+
+Broker run (per repeat, a fresh data dir and broker): one librdkafka producer (acks=all,
+linger.ms=5, batch.size=1 MiB, no compression, no idempotence) sends ``--records`` records
+(16-byte keys cycled from a pool of 4,096 random keys, one 100-byte random value) to a
+4-partition topic, as fast as ``produce()`` accepts them. Timed from the first
+``produce()`` to the end of ``flush()`` (every record acknowledged, i.e. fsynced by the
+broker). Afterwards the stored logs must hold exactly ``--records`` records (no loss, no
+duplicates). Ack latency = ``produce()`` call to delivery callback, sampled every
+``--sample-every``-th record; at saturation it is mostly time queued in the producer (bounded
+by ``queue.buffering.max.messages``), so two more figures are given: librdkafka's own
+request round-trip (``rtt``, i.e. the broker's share) and an idle closed-loop latency (one
+record at a time, ``--idle-probe`` records).
+
+Baselines (from the same records, in the same run, single core):
+
+* (a) disk: the produce batches' bytes appended to one plain file, ``fdatasync`` per 1 MiB.
+* (b) CPU: ``sparklog.broker.batches.decode_batch`` (CRC-32C, aiokafka record parsing, Arrow
+  columns) over every produce batch: no network, no disk. The batches are the real ones:
+  the stored Arrow batches of the first broker run (one per produce batch, as librdkafka cut
+  them) rebuilt into Kafka record batches with aiokafka's ``DefaultRecordBatchBuilder``.
+
+Payload MB = key + value bytes (116 per record), 1 MB = 10^6 bytes. The producer client and
+the broker share the machine's cores; CPU seconds of each are reported, and so are those of
+every other process during the run (from /proc/stat): on a shared machine, before each
+measurement the script waits up to ``--wait-quiet`` seconds for the CPUs to be idle.
+
+``--profile PATH`` adds one unmeasured run with py-spy attached to the broker (``--native``,
+idle threads included), writes its collapsed stacks to PATH and prints where the broker's
+time went.
+
+    .venv/bin/python bench/produce.py --quick           # 500k records, 1 repeat
+    .venv/bin/python bench/produce.py                   # 5M records, median of 3
+    .venv/bin/python bench/produce.py --profile /tmp/produce-profile.txt
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import random
+import statistics
+import struct
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import confluent_kafka
+import pyarrow as pa
+from _broker import (
+    BrokerProcess,
+    Profiler,
+    cleanup_on_signals,
+    fmt_table,
+    load_average,
+    percentile,
+    self_cpu_seconds,
+    summarize_profile,
+    system_busy_seconds,
+    temp_dir,
+    wait_for_quiet,
+)
+from aiokafka.record.default_records import DefaultRecordBatchBuilder
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from sparklog.broker.batches import decode_batch
+from sparklog.storage import Storage
+
+KEY_SIZE = 16
+VALUE_SIZE = 100
+RECORD_PAYLOAD = KEY_SIZE + VALUE_SIZE
+KEY_POOL = 4096
+MB = 1_000_000
+MIB = 1024 * 1024
+TOPIC = "bench"
+PROBE_TOPIC = "probe"
+DISK_CHUNK = MIB  # baseline (a): fdatasync per 1 MiB
+MAX_DECOMPRESSED = 64 * MIB
+FLUSH_TIMEOUT = 300  # seconds: a run that has not been acknowledged by then fails
+# Anchors from the issue (records/s)
+KAFKA_PUBLISHED = 821_000  # Kafka's single-producer figure (78 MB/s of 100-byte values, 6 cores)
+FLOOR = 500_000  # this 2-core machine, producer and broker together
+GOAL = 1_000_000
+CPU_TARGET = 0.5  # broker >= 0.5 of baseline (b)
+
+
+# ---------------------------------------------------------------------------- data
+
+
+@dataclass(frozen=True)
+class Workload:
+    keys: list[bytes]
+    value: bytes
+
+
+def make_workload(seed: int = 42) -> Workload:
+    rnd = random.Random(seed)
+    return Workload([rnd.randbytes(KEY_SIZE) for _ in range(KEY_POOL)], rnd.randbytes(VALUE_SIZE))
+
+
+def producer_config(bootstrap: str, args: argparse.Namespace) -> dict[str, Any]:
+    return {
+        "bootstrap.servers": bootstrap,
+        "acks": "all",
+        "linger.ms": 5,
+        "batch.size": MIB,
+        "batch.num.messages": 1_000_000,
+        "queue.buffering.max.messages": args.queue_messages,
+        "queue.buffering.max.kbytes": args.queue_kbytes,
+        "compression.type": "none",
+        "enable.idempotence": False,
+        # message.max.bytes stays at librdkafka's default (1,000,000): it also caps a batch,
+        # and sparklog refuses batches whose Arrow payload exceeds max.message.bytes
+        "statistics.interval.ms": 1000,
+        "message.timeout.ms": FLUSH_TIMEOUT * 1000,
+    }
+
+
+def create_topic(bootstrap: str, name: str, partitions: int, configs: dict[str, str]) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    try:
+        futures = admin.create_topics([NewTopic(name, partitions, 1, config=configs)])
+        for f in futures.values():
+            f.result(30)
+        admin.poll(0.1)  # serve what is left, so that destroying it is quiet
+    finally:
+        del admin
+
+
+# ---------------------------------------------------------------------------- broker run
+
+
+@dataclass
+class ProduceRun:
+    records: int
+    seconds: float
+    client_cpu: float
+    broker_cpu: float
+    latencies: list[float]  # seconds, produce() -> delivery callback, sampled
+    others_cpu: float  # CPU seconds other processes used meanwhile (concurrent test suites)
+    rtt_p50_ms: float = float("nan")  # librdkafka stats: median over 1 s windows
+    rtt_p99_ms: float = float("nan")
+    queue_p50_ms: float = float("nan")  # int_latency: time queued in the producer
+    batch_records: list[int] = field(default_factory=list)  # records per produce batch
+    load: str = ""
+    note: str = ""  # from wait_for_quiet
+
+    @property
+    def records_per_s(self) -> float:
+        return self.records / self.seconds
+
+    @property
+    def mb_per_s(self) -> float:
+        return self.records * RECORD_PAYLOAD / MB / self.seconds
+
+
+def _window_medians(stats: list[str]) -> dict[str, float]:
+    """Median over librdkafka's 1-second stats windows of the broker's rtt/int_latency."""
+    rtt50, rtt99, q50 = [], [], []
+    for raw in stats:
+        for b in json.loads(raw).get("brokers", {}).values():
+            if b.get("nodeid", -1) < 0:
+                continue
+            if b["rtt"]["cnt"]:
+                rtt50.append(b["rtt"]["p50"] / 1000)
+                rtt99.append(b["rtt"]["p99"] / 1000)
+            if b["int_latency"]["cnt"]:
+                q50.append(b["int_latency"]["p50"] / 1000)
+    med = statistics.median
+    nan = float("nan")
+    return {
+        "rtt_p50_ms": med(rtt50) if rtt50 else nan,
+        "rtt_p99_ms": med(rtt99) if rtt99 else nan,
+        "queue_p50_ms": med(q50) if q50 else nan,
+    }
+
+
+def produce_records(
+    broker: BrokerProcess,
+    topic: str,
+    n: int,
+    work: Workload,
+    args: argparse.Namespace,
+    profiler: Profiler | None = None,
+) -> ProduceRun:
+    """Produce ``n`` records as fast as librdkafka takes them; return when all are acked.
+    ``profiler`` samples the broker from just before the first record to the last ack."""
+    stats: list[str] = []
+    conf = producer_config(broker.bootstrap, args)
+    conf["stats_cb"] = stats.append
+    p = Producer(conf)
+    try:
+        p.list_topics(topic, timeout=30)  # connected, metadata known: not timed
+        note = wait_for_quiet(getattr(args, "wait_quiet", 0))
+        stats.clear()
+        latencies: list[float] = []
+        errors: list[Any] = []
+        clock = time.perf_counter
+        produce, poll = p.produce, p.poll
+        keys, value = work.keys, work.value
+        mask = KEY_POOL - 1
+        every = max(1, args.sample_every)
+
+        def sampled(t0: float) -> Callable[[Any, Any], None]:
+            def done(err: Any, _msg: Any) -> None:
+                if err is None:
+                    latencies.append(clock() - t0)
+                else:
+                    errors.append(err)
+
+            return done
+
+        if profiler is not None:
+            profiler.start()
+        cpu0, bcpu0, sys0 = self_cpu_seconds(), broker.cpu_seconds(), system_busy_seconds()
+        t0 = clock()
+        for start in range(0, n, every):
+            while True:
+                try:
+                    produce(topic, value, keys[start & mask], on_delivery=sampled(clock()))
+                    break
+                except BufferError:
+                    poll(0.001)
+            for i in range(start + 1, min(n, start + every)):
+                while True:
+                    try:
+                        produce(topic, value, keys[i & mask])
+                        break
+                    except BufferError:
+                        poll(0.001)
+            poll(0)
+            if not start % 100_000:
+                broker.check_alive()
+        while p.flush(1.0):
+            broker.check_alive()
+            if clock() - t0 > FLUSH_TIMEOUT:
+                raise RuntimeError(f"records still unacknowledged after {FLUSH_TIMEOUT} s")
+        seconds = clock() - t0
+        client_cpu, broker_cpu = self_cpu_seconds() - cpu0, broker.cpu_seconds() - bcpu0
+        others = system_busy_seconds() - sys0 - client_cpu - broker_cpu
+        if profiler is not None:
+            profiler.stop()
+        if errors:
+            raise RuntimeError(f"{len(errors)} sampled deliveries failed, first: {errors[0]}")
+        windows = len(stats)  # wait for the stats window that covers the end of the run
+        deadline = time.monotonic() + 3
+        while len(stats) == windows and time.monotonic() < deadline:
+            p.poll(0.1)
+    finally:
+        _close_producer(p)
+    run = ProduceRun(
+        n, seconds, client_cpu, broker_cpu, latencies, max(0.0, others), load=load_average()
+    )
+    run.note = note
+    for k, v in _window_medians(stats).items():
+        setattr(run, k, v)
+    return run
+
+
+def idle_latency(broker: BrokerProcess, n: int, args: argparse.Namespace) -> list[float]:
+    """Closed loop: one record at a time, the next after its ack (linger.ms=5 included)."""
+    p = Producer(producer_config(broker.bootstrap, args))
+    out: list[float] = []
+    acked: list[float] = []
+
+    def done(err: Any, _msg: Any) -> None:
+        if err is not None:
+            raise RuntimeError(f"idle probe delivery failed: {err}")
+        acked.append(time.perf_counter())
+
+    try:
+        p.list_topics(PROBE_TOPIC, timeout=30)
+        for i in range(n):
+            acked.clear()
+            t0 = time.perf_counter()
+            p.produce(PROBE_TOPIC, b"x" * VALUE_SIZE, b"%016d" % i, on_delivery=done)
+            deadline = t0 + 30
+            while not acked:
+                p.poll(1.0)
+                if time.perf_counter() > deadline:
+                    raise RuntimeError("idle probe: no ack within 30 s")
+            out.append(acked[0] - t0)
+    finally:
+        _close_producer(p)
+    return out
+
+
+def _close_producer(p: Producer) -> None:
+    """Drop whatever is still queued (an error path), then destroy the client."""
+    p.purge()
+    p.flush(5)
+    p.close()
+
+
+def stored_batches(data_dir: str, topic: str, partitions: int) -> list[pa.RecordBatch]:
+    """Every stored Arrow batch of ``topic`` (one per produce batch), partition by partition."""
+    storage = Storage(data_dir)
+    out: list[pa.RecordBatch] = []
+    for p in range(partitions):
+        out += list(storage.reader(topic, p).view().batches(0))
+    return out
+
+
+def rebuild_kafka_batches(batches: list[pa.RecordBatch]) -> list[bytes]:
+    """The Kafka record batches the producer sent (same records, same batch boundaries),
+    built as librdkafka builds them: magic 2, uncompressed, no producer id. Checked once
+    against batches captured from a live producer: byte for byte identical."""
+    out = []
+    for b in batches:
+        keys = b.column("key").to_pylist()
+        values = b.column("value").to_pylist()
+        ts = b.column("timestamp").cast(pa.int64()).to_pylist()
+        builder = DefaultRecordBatchBuilder(
+            magic=2,
+            compression_type=0,
+            is_transactional=0,
+            producer_id=-1,
+            producer_epoch=-1,
+            base_sequence=-1,
+            batch_size=10**9,
+        )
+        for i in range(b.num_rows):
+            builder.append(i, ts[i], keys[i], values[i], [])
+        data = builder.build()
+        # partitionLeaderEpoch: librdkafka writes the epoch it knows (0 for a new topic),
+        # aiokafka -1. Outside the CRC, unread by the broker; set so the bytes are identical.
+        struct.pack_into(">i", data, 12, 0)
+        out.append(bytes(data))
+    return out
+
+
+# ---------------------------------------------------------------------------- baselines
+
+
+def run_disk(blob: bytes, tmp: str) -> float:
+    """Baseline (a): append ``blob`` to a plain file, fdatasync per 1 MiB; seconds."""
+    os.sync()
+    path = os.path.join(tmp, "disk-baseline.bin")
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_TRUNC, 0o644)
+    view = memoryview(blob)
+    try:
+        t0 = time.perf_counter()
+        for pos in range(0, len(view), DISK_CHUNK):
+            chunk = view[pos : pos + DISK_CHUNK]
+            written = os.write(fd, chunk)
+            while written < len(chunk):
+                written += os.write(fd, chunk[written:])
+            os.fdatasync(fd)
+        return time.perf_counter() - t0
+    finally:
+        os.close(fd)
+        os.unlink(path)
+
+
+def run_cpu(batches: list[bytes], expected: int) -> float:
+    """Baseline (b): decode every batch to Arrow with the broker's codec; seconds."""
+    t0 = time.perf_counter()
+    count = 0
+    for raw in batches:
+        count += decode_batch(memoryview(raw), max_decompressed=MAX_DECOMPRESSED).count
+    seconds = time.perf_counter() - t0
+    if count != expected:
+        raise AssertionError(f"decoded {count} records, expected {expected}")
+    return seconds
+
+
+# ---------------------------------------------------------------------------- one repeat
+
+
+def _topic_configs(args: argparse.Namespace) -> dict[str, str]:
+    return {"segment.bytes": str(args.segment_bytes)} if args.segment_bytes else {}
+
+
+def broker_run(
+    args: argparse.Namespace,
+    work: Workload,
+    tmp: str,
+    *,
+    capture: bool,
+    probe: int,
+    profile: str | None = None,
+) -> tuple[ProduceRun, list[bytes], list[float], str]:
+    """One broker run in a fresh data dir; optionally capture the batches, run the idle
+    probe and/or profile the broker. Returns (run, batches, idle latencies, profile text)."""
+    os.sync()
+    with temp_dir("produce-data-", tmp) as data_dir:
+        broker = BrokerProcess(data_dir)
+        profiler: Profiler | None = None
+        summary = ""
+        try:
+            broker.start()
+            create_topic(broker.bootstrap, TOPIC, args.partitions, _topic_configs(args))
+            if profile:
+                profiler = Profiler(broker.pid, profile, rate=args.profile_rate)
+            run = produce_records(broker, TOPIC, args.records, work, args, profiler)
+            if profile:
+                summary = summarize_profile(profile, run.seconds, run.records)
+            idle: list[float] = []
+            if probe:
+                create_topic(broker.bootstrap, PROBE_TOPIC, 1, {})
+                idle = idle_latency(broker, probe, args)
+            for line in broker.errors():
+                print(f"    broker: {line}")
+        finally:
+            if profiler is not None:
+                profiler.stop()
+            rc = broker.stop()
+            broker.kill()
+        if rc != 0:
+            print(f"    broker exited with status {rc}: " + " | ".join(broker.lines[-5:]))
+        batches = stored_batches(data_dir, TOPIC, args.partitions)
+        stored = sum(b.num_rows for b in batches)
+        if stored != args.records:
+            raise AssertionError(f"the broker stored {stored} records, expected {args.records}")
+        run.batch_records = [b.num_rows for b in batches]
+        wire = rebuild_kafka_batches(batches) if capture else []
+        return run, wire, idle, summary
+
+
+# ---------------------------------------------------------------------------- report
+
+
+def _ms(x: float) -> str:
+    return f"{x * 1000:,.1f}"
+
+
+def _rate(x: float) -> str:
+    return f"{x:,.0f}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    p.add_argument("--records", type=int, default=None, help="records per run (5,000,000)")
+    p.add_argument("--repeat", type=int, default=None, help="runs; the median is reported (3)")
+    p.add_argument("--quick", action="store_true", help="500,000 records, 1 repeat")
+    p.add_argument("--partitions", type=int, default=4)
+    p.add_argument("--sample-every", type=int, default=100, help="ack latency sample rate")
+    p.add_argument("--queue-messages", type=int, default=1_000_000)
+    p.add_argument("--queue-kbytes", type=int, default=2 * MIB)
+    p.add_argument("--segment-bytes", type=int, default=None, help="topic segment.bytes")
+    p.add_argument("--idle-probe", type=int, default=300, help="closed-loop records (0: skip)")
+    p.add_argument("--tmp-dir", default=None, help="where temp dirs go (default: /tmp)")
+    p.add_argument("--profile", metavar="PATH", help="extra run with py-spy; stacks to PATH")
+    p.add_argument("--profile-rate", type=int, default=100)
+    p.add_argument(
+        "--wait-quiet",
+        type=float,
+        default=60,
+        help="before each measurement wait up to this many seconds for other processes to "
+        "leave the CPUs idle (0: don't)",
+    )
+    args = p.parse_args(argv)
+    args.records = args.records or (500_000 if args.quick else 5_000_000)
+    repeat = args.repeat or (1 if args.quick else 3)
+    cleanup_on_signals()
+    started = time.perf_counter()
+    load_start = load_average()
+
+    print(f"sparklog broker produce benchmark (load average at start {load_start})")
+    print(
+        f"  python {platform.python_version()}, confluent-kafka {confluent_kafka.version()} "
+        f"(librdkafka {confluent_kafka.libversion()[0]}), pyarrow {pa.__version__}, "
+        f"{os.cpu_count()} CPUs"
+    )
+    print(
+        f"  {args.records:,} records x {KEY_SIZE} B key + {VALUE_SIZE} B value, "
+        f"{args.partitions} partitions, repeat {repeat} (median); acks=all linger.ms=5 "
+        f"batch.size=1 MiB (capped at message.max.bytes=1,000,000) "
+        f"queue.buffering.max.messages={args.queue_messages:,}"
+    )
+    print("  payload MB = key+value bytes, 10^6 B")
+
+    work = make_workload()
+    runs: list[ProduceRun] = []
+    disk_s: list[float] = []
+    cpu_s: list[float] = []
+    wire: list[bytes] = []
+    idle: list[float] = []
+    profile_text = ""
+    with temp_dir("sparklog-bench-produce-", args.tmp_dir) as tmp:
+        for r in range(repeat):
+            run, got, probe, _ = broker_run(
+                args, work, tmp, capture=r == 0, probe=args.idle_probe if r == 0 else 0
+            )
+            runs.append(run)
+            if got:
+                wire = got
+            if probe:
+                idle = probe
+            wait_for_quiet(args.wait_quiet)
+            disk_s.append(run_disk(b"".join(wire), tmp))
+            wait_for_quiet(args.wait_quiet)
+            cpu_s.append(run_cpu(wire, args.records))
+            print(
+                f"  run {r + 1}/{repeat}: broker {_rate(run.records_per_s)} rec/s "
+                f"({run.seconds:.2f} s, client CPU {run.client_cpu:.1f} s, broker CPU "
+                f"{run.broker_cpu:.1f} s, other processes {run.others_cpu:.1f} s), "
+                f"disk (a) {_rate(args.records / disk_s[-1])} rec/s, "
+                f"CPU (b) {_rate(args.records / cpu_s[-1])} rec/s; load {run.load}"
+                + (f"; {run.note}" if run.note else ""),
+                flush=True,
+            )
+        if args.profile:
+            prun, _, _, profile_text = broker_run(
+                args, work, tmp, capture=False, probe=0, profile=args.profile
+            )
+            profile_text = (
+                f"Profiled run (py-spy --native at {args.profile_rate} Hz attached, not part "
+                f"of the medians): {_rate(prun.records_per_s)} rec/s, {prun.seconds:.2f} s; "
+                f"collapsed stacks in {args.profile}\n" + profile_text
+            )
+
+    med_run = sorted(runs, key=lambda x: x.seconds)[len(runs) // 2]
+    disk = statistics.median(disk_s)
+    cpu = statistics.median(cpu_s)
+    n = args.records
+    wire_bytes = sum(len(b) for b in wire)
+    lat = med_run.latencies
+    rows = [
+        [
+            "sparklog broker (confluent-kafka, acks=all)",
+            _rate(med_run.records_per_s),
+            f"{med_run.mb_per_s:,.1f}",
+            f"{med_run.seconds:.2f}",
+            f"{med_run.broker_cpu / n * 1e6:.2f}",
+        ],
+        [
+            "(a) disk: write + fdatasync per 1 MiB",
+            _rate(n / disk),
+            f"{n * RECORD_PAYLOAD / MB / disk:,.1f}",
+            f"{disk:.2f}",
+            "",
+        ],
+        [
+            "(b) CPU: decode_batch -> Arrow, 1 core",
+            _rate(n / cpu),
+            f"{n * RECORD_PAYLOAD / MB / cpu:,.1f}",
+            f"{cpu:.2f}",
+            f"{cpu / n * 1e6:.2f}",
+        ],
+    ]
+    print()
+    print(f"Summary (median of {repeat}; {n:,} records, {wire_bytes / MB:,.1f} MB of batches)")
+    print(fmt_table(["", "records/s", "MB/s", "seconds", "CPU us/rec"], rows))
+    print()
+    ratio_b = med_run.records_per_s / (n / cpu)
+    print(f"  broker / (a) disk     {med_run.records_per_s / (n / disk):.3f}")
+    verdict = "met" if ratio_b >= CPU_TARGET else "NOT met"
+    print(f"  broker / (b) CPU      {ratio_b:.3f}   (target >= {CPU_TARGET}: {verdict})")
+    print(
+        f"  (b) CPU per record / broker CPU per record  {cpu / med_run.broker_cpu:.3f}   "
+        "(the broker's own efficiency vs the codec alone, whatever the client takes)"
+    )
+    for name, anchor in (
+        ("floor, this 2-core machine", FLOOR),
+        ("Kafka's published single producer, 6 cores", KAFKA_PUBLISHED),
+        ("goal", GOAL),
+    ):
+        print(f"  broker / {anchor:>9,} rec/s ({name})  {med_run.records_per_s / anchor:.3f}")
+    print()
+    print(
+        f"Ack latency (median run, {len(lat):,} samples, every {args.sample_every}th record): "
+        f"p50 {_ms(percentile(lat, 0.5))} ms, p99 {_ms(percentile(lat, 0.99))} ms, "
+        f"max {_ms(max(lat) if lat else float('nan'))} ms"
+    )
+    print(
+        f"  of which queued in the producer (librdkafka int_latency p50): "
+        f"{med_run.queue_p50_ms:,.1f} ms; produce request round trip (librdkafka rtt, "
+        f"median of 1 s windows): p50 {med_run.rtt_p50_ms:,.1f} ms, "
+        f"p99 {med_run.rtt_p99_ms:,.1f} ms"
+    )
+    if idle:
+        print(
+            f"  idle, one record at a time ({len(idle)} records, linger.ms=5 included): "
+            f"p50 {_ms(percentile(idle, 0.5))} ms, p99 {_ms(percentile(idle, 0.99))} ms"
+        )
+    counts = med_run.batch_records
+    print(
+        f"Produce batches (median run): {len(counts):,}, records per batch median "
+        f"{statistics.median(counts):,.0f} (min {min(counts):,}, max {max(counts):,})"
+    )
+    print(
+        f"CPU seconds (median run): producer client {med_run.client_cpu:.2f} "
+        f"({med_run.client_cpu / n * 1e6:.2f} us/record), broker {med_run.broker_cpu:.2f} "
+        f"({med_run.broker_cpu / n * 1e6:.2f} us/record), other processes "
+        f"{med_run.others_cpu:.2f}, of {(os.cpu_count() or 1) * med_run.seconds:.1f} "
+        f"core-seconds available"
+    )
+    if profile_text:
+        print()
+        print(profile_text)
+    print()
+    print(
+        f"Load average at start {load_start}, at end {load_average()}; "
+        f"total {time.perf_counter() - started:.0f} s"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

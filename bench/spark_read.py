@@ -1,0 +1,237 @@
+"""Spark read benchmark: ``readStream.format("sparklog")`` against Spark's own Parquet file
+stream source over the same data, both with ``Trigger.AvailableNow`` into the ``noop`` sink.
+
+Data: ``--records`` records (16-byte keys, 100-byte random values) in a 4-partition topic,
+written straight to storage and sealed (segments of ``--segment-mb``), so the log is sealed
+zstd Parquet, as a topic older than its active segment is. Baseline: the same sealed
+segment files hard-linked into one directory and read with
+``spark.readStream.format("parquet")`` - the same bytes, decoded by Spark's vectorised
+reader in the JVM. Each run is a fresh query (new checkpoint) timed from ``start()`` to the
+end of ``awaitTermination()``; runs of the two alternate, medians of ``--repeats``.
+
+A third kind shows what any Python source costs: a bare in-memory
+``DataSourceStreamReader`` whose ``read()`` yields prebuilt Arrow batches of the same seven
+columns and sizes (no storage, no decoding) - the ceiling of Spark's Python data source
+path on this machine. sparklog also runs with ``kafka.check.crcs=false`` (Spark's Parquet
+reader verifies no page CRCs by default).
+
+One SparkSession (``local[2]``, the machine's two cores) serves every run; a warm-up run of
+each comes first so Python workers and JIT are warm for all. Before each run the script
+waits up to ``--wait-quiet`` seconds for the CPUs to be idle.
+
+    .venv/bin/python bench/spark_read.py --quick    # 500k records, 1 repeat
+    .venv/bin/python bench/spark_read.py            # 5M records, median of 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import statistics
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pyarrow as pa
+from _broker import cleanup_on_signals, fmt_table, load_average, temp_dir, wait_for_quiet
+from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+
+from sparklog.datasource.batch import KAFKA_SCHEMA
+from sparklog.storage import Storage
+from sparklog.storage.records import TIMESTAMP_TYPE
+
+TOPIC = "bench"
+PARTITIONS = 4
+
+
+class _Slice(InputPartition):
+    def __init__(self, rows: int) -> None:
+        self.rows = rows
+
+
+class BareStreamReader(DataSourceStreamReader):
+    """``rows`` records at offset 0 (then nothing more), read as prebuilt Arrow batches."""
+
+    def __init__(self, rows: int, splits: int) -> None:
+        self.rows, self.splits = rows, splits
+
+    def initialOffset(self) -> dict[str, int]:
+        return {"n": 0}
+
+    def latestOffset(self) -> dict[str, int]:
+        return {"n": self.rows}
+
+    def partitions(self, start: dict[str, int], end: dict[str, int]) -> list[_Slice]:
+        n = end["n"] - start["n"]
+        return [_Slice(n // self.splits + (i < n % self.splits)) for i in range(self.splits)]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, _Slice)
+        m = 131_072  # a sealed row group
+        batch = pa.record_batch(
+            {
+                "key": pa.array([b"key-%011d" % i for i in range(m)], pa.binary()),
+                "value": pa.array([os.urandom(100) for _ in range(m)], pa.binary()),
+                "topic": pa.array([TOPIC] * m, pa.string()),
+                "partition": pa.array([0] * m, pa.int32()),
+                "offset": pa.array(range(m), pa.int64()),
+                "timestamp": pa.array(range(m), pa.int64()).cast(pa.timestamp("us", tz="UTC")),
+                "timestampType": pa.array([0] * m, pa.int32()),
+            }
+        )
+        for start in range(0, partition.rows, m):
+            yield batch.slice(0, min(m, partition.rows - start))
+
+    def commit(self, end: dict[str, int]) -> None:
+        return None
+
+
+class BareSource(DataSource):
+    @classmethod
+    def name(cls) -> str:
+        return "bench_bare"
+
+    def schema(self) -> str:
+        return KAFKA_SCHEMA
+
+    def streamReader(self, schema: Any) -> BareStreamReader:
+        return BareStreamReader(int(self.options["rows"]), int(self.options["splits"]))
+
+
+def write_topic(root: str, records: int, segment_mb: int) -> list[str]:
+    """The topic in storage, every segment sealed; returns the sealed Parquet paths."""
+    storage = Storage(root)
+    configs = {"segment.bytes": str(segment_mb * 1024 * 1024), "max.message.bytes": str(2**30)}
+    storage.topics.create(TOPIC, PARTITIONS, configs)
+    per = records // PARTITIONS
+    now = int(time.time() * 1000) - records
+    files = []
+    for p in range(PARTITIONS):
+        log = storage.open_log(TOPIC, p)
+        for start in range(0, per, 50_000):
+            n = min(50_000, per - start)
+            keys = pa.array([b"key-%011d" % (start + i) for i in range(n)], pa.binary())
+            values = pa.array([os.urandom(100) for _ in range(n)], pa.binary())
+            ts = pa.array(range(now + start, now + start + n), pa.int64()).cast(TIMESTAMP_TYPE)
+            log.append(pa.record_batch([keys, values, ts], names=["key", "value", "timestamp"]),
+                       durable=False)  # fmt: skip
+        log.roll()
+        log.wait_sealed()
+        path = log.path
+        files += [os.path.join(path, s.name) for s in log.manifest.segments if s.sealed]
+        log.close()
+    return files
+
+
+def run_query(spark: Any, reader: Any, checkpoint: str) -> float:
+    t0 = time.perf_counter()
+    q = (
+        reader.writeStream.format("noop")
+        .option("checkpointLocation", checkpoint)
+        .trigger(availableNow=True)
+        .start()
+    )
+    q.awaitTermination()
+    elapsed = time.perf_counter() - t0
+    if q.exception() is not None:
+        raise RuntimeError(str(q.exception()))
+    rows = sum(p["numInputRows"] for p in q.recentProgress)
+    return elapsed if rows else float("nan")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--records", type=int, default=5_000_000)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--segment-mb", type=int, default=64)
+    ap.add_argument("--split", type=int, default=1_000_000, help="maxRecordsPerPartition")
+    ap.add_argument("--wait-quiet", type=float, default=60.0)
+    ap.add_argument("--quick", action="store_true", help="500k records, 1 repeat")
+    args = ap.parse_args()
+    if args.quick:
+        args.records, args.repeats = 500_000, 1
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    cleanup_on_signals()
+    from pyspark.sql import SparkSession
+
+    import sparklog.spark
+
+    with temp_dir("sparklog-bench-read") as tmp:
+        root = os.path.join(tmp, "data")
+        t0 = time.perf_counter()
+        files = write_topic(root, args.records, args.segment_mb)
+        print(f"wrote {args.records:,} records in {len(files)} sealed segments "
+              f"({time.perf_counter() - t0:.1f}s)", flush=True)  # fmt: skip
+        parquet_dir = os.path.join(tmp, "parquet")
+        os.makedirs(parquet_dir)
+        for i, f in enumerate(files):
+            os.link(f, os.path.join(parquet_dir, f"part-{i:05d}.parquet"))
+        spark = (
+            SparkSession.builder.master("local[2]")
+            .appName("bench-spark-read")
+            .config("spark.ui.enabled", "false")
+            .config("spark.sql.session.timeZone", "UTC")
+            .config("spark.driver.memory", "4g")
+            .getOrCreate()
+        )
+        spark.sparkContext.setLogLevel("ERROR")
+        sparklog.spark.register(spark)
+        schema = spark.read.parquet(parquet_dir).schema
+
+        spark.dataSource.register(BareSource)
+        splits = -(-args.records // args.split) + PARTITIONS  # as many tasks as sparklog's
+
+        def ours(check_crcs: str) -> Any:
+            return lambda: (
+                spark.readStream.format("sparklog")
+                .option("subscribe", TOPIC)
+                .option("startingOffsets", "earliest")
+                .option("maxRecordsPerPartition", str(args.split))
+                .option("kafka.check.crcs", check_crcs)
+                .load(root)
+            )
+
+        def bare() -> Any:
+            return (
+                spark.readStream.format("bench_bare").option("rows", str(args.records))
+                .option("splits", str(splits)).load()
+            )  # fmt: skip
+
+        def native() -> Any:
+            return spark.readStream.format("parquet").schema(schema).load(parquet_dir)
+
+        kinds = {"sparklog": ours("true"), "sparklog, check.crcs=false": ours("false"),
+                 "bare python source": bare, "parquet": native}  # fmt: skip
+        times: dict[str, list[float]] = {k: [] for k in kinds}
+        for make in kinds.values():  # warm-up
+            run_query(spark, make(), os.path.join(tmp, f"ck-{uuid.uuid4().hex}"))
+        for _ in range(args.repeats):
+            for k, make in kinds.items():
+                quiet = wait_for_quiet(args.wait_quiet)
+                t = run_query(spark, make(), os.path.join(tmp, f"ck-{uuid.uuid4().hex}"))
+                times[k].append(t)
+                print(f"  {k:28s} {args.records / t:12,.0f} rows/s  ({t:.2f}s; {quiet})",
+                      flush=True)  # fmt: skip
+        spark.stop()
+    med = {k: statistics.median(v) for k, v in times.items()}
+    rate = {k: args.records / t for k, t in med.items()}
+    print()
+    print(f"{platform.node()}  {os.cpu_count()} CPUs  load {load_average()}  "
+          f"records={args.records:,}  repeats={args.repeats}  split={args.split:,}")  # fmt: skip
+    print(fmt_table(
+        ["reader (AvailableNow -> noop)", "rows/s", "seconds", "x parquet"],
+        [[k, f"{rate[k]:,.0f}", f"{med[k]:.2f}", f"{rate[k] / rate['parquet']:.3f}"]
+         for k in kinds],
+    ))  # fmt: skip
+    ours, bare = rate["sparklog"], rate["bare python source"]
+    print(f"\nratio sparklog / parquet = {ours / rate['parquet']:.3f} (target >= 1.0); "
+          f"sparklog / bare python source = {ours / bare:.3f}")  # fmt: skip
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

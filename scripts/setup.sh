@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Sets up a fresh clone: checks Python and Java, creates the venv, installs sparklog[dev].
+# Runs with no standard input (CI). Called by `make`; safe to run again.
+set -euo pipefail
+PYTHON=${PYTHON:-python3}
+VENV=${VENV:-.venv}
+
+if ! command -v "$PYTHON" >/dev/null 2>&1; then
+  echo "sparklog needs Python 3.11 or newer: '$PYTHON' was not found (set PYTHON=...)." >&2
+  exit 1
+fi
+if ! "$PYTHON" -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else 1)'; then
+  echo "sparklog needs Python 3.11 or newer; $PYTHON is $("$PYTHON" --version 2>&1)." >&2
+  exit 1
+fi
+bash "$(dirname "$0")/check-java.sh"
+
+# kcat (a librdkafka command-line client) is one of the real clients the broker tests use.
+if ! command -v kcat >/dev/null 2>&1; then
+  if [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then
+    echo "sparklog: installing kcat (Debian package) for the broker tests"
+    DEBIAN_FRONTEND=noninteractive apt-get update -qq >/dev/null
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq kcat >/dev/null
+  else
+    echo "sparklog: kcat is not installed; the kcat tests will be skipped" \
+         "(Debian/Ubuntu: apt-get install kcat)" >&2
+  fi
+fi
+
+if [ ! -x "$VENV/bin/python" ]; then
+  "$PYTHON" -m venv "$VENV"
+fi
+"$VENV/bin/python" -m pip install --quiet --disable-pip-version-check --upgrade pip
+"$VENV/bin/python" -m pip install --quiet --disable-pip-version-check -e ".[dev]"
+echo "sparklog: environment ready in $VENV"

@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Run a sparklog job with the venv's Spark and conf/spark-defaults.conf.
+#
+#   ./spark-submit.sh [SPARK-SUBMIT OPTIONS...] JOB [JOB ARGS...]
+#
+# JOB is a file jobs/JOB.py (demo, and later retention, compaction, export). Options before
+# JOB go to spark-submit unchanged, e.g. `./spark-submit.sh --master yarn --num-executors 4
+# compaction --topic t`, so the same jobs run on a cluster.
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+VENV=${VENV:-$here/.venv}
+bash "$here/scripts/check-java.sh"
+if [ ! -x "$VENV/bin/spark-submit" ]; then
+  echo "spark-submit.sh: no Spark in $VENV; run 'make setup' first." >&2
+  exit 1
+fi
+
+# spark-submit options that take no value; every other --option takes one.
+novalue=" --verbose --supervise --version --help -h -v "
+spark_args=()
+while [ $# -gt 0 ] && [[ "$1" == -* ]]; do
+  if [[ "$novalue" == *" $1 "* ]] || [[ "$1" == *=* ]]; then
+    spark_args+=("$1"); shift
+  else
+    [ $# -ge 2 ] || { echo "spark-submit.sh: option $1 needs a value" >&2; exit 2; }
+    spark_args+=("$1" "$2"); shift 2
+  fi
+done
+if [ $# -eq 0 ]; then
+  echo "usage: ./spark-submit.sh [SPARK-SUBMIT OPTIONS...] JOB [JOB ARGS...]" >&2
+  echo "jobs: $(cd "$here/jobs" && ls *.py | grep -v '^_' | sed 's/\.py$//' | tr '\n' ' ')" >&2
+  exit 2
+fi
+job=$1; shift
+if [ ! -f "$here/jobs/$job.py" ]; then
+  echo "spark-submit.sh: unknown job '$job' (no jobs/$job.py)" >&2
+  exit 2
+fi
+
+export PYSPARK_PYTHON=${PYSPARK_PYTHON:-$VENV/bin/python}
+export PYSPARK_DRIVER_PYTHON=${PYSPARK_DRIVER_PYTHON:-$VENV/bin/python}
+export SPARK_LOCAL_IP=${SPARK_LOCAL_IP:-127.0.0.1}
+export SPARK_CONF_DIR=${SPARK_CONF_DIR:-$here/conf}
+export PYTHONPATH="$here${PYTHONPATH:+:$PYTHONPATH}"
+exec "$VENV/bin/spark-submit" --properties-file "$SPARK_CONF_DIR/spark-defaults.conf" \
+  "${spark_args[@]}" "$here/jobs/$job.py" "$@"

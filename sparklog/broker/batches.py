@@ -1,0 +1,279 @@
+"""Kafka record batches (magic 2) to Arrow and back.
+
+Produce: ``decode_batch`` checks a batch's framing, magic and CRC-32C, decompresses its
+records with a bounded output buffer (a decompression bomb is refused, not expanded), and
+decodes them with aiokafka's C-accelerated ``DefaultRecordBatch`` into an Arrow batch of
+the storage input columns. Fetch: ``encode_batches`` turns stored Arrow batches back into
+record batches with aiokafka's ``DefaultRecordBatchBuilder``.
+
+Record batch v2 header (big-endian): baseOffset i64 | batchLength i32 |
+partitionLeaderEpoch i32 | magic i8 | crc u32 | attributes i16 | lastOffsetDelta i32 |
+baseTimestamp i64 | maxTimestamp i64 | producerId i64 | producerEpoch i16 |
+baseSequence i32 | recordsCount i32 | records. The CRC covers attributes onwards.
+"""
+
+from __future__ import annotations
+
+import struct
+import zlib
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+import cramjam
+import crc32c
+import pyarrow as pa
+from aiokafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
+
+from sparklog.storage.records import HEADERS_TYPE, TIMESTAMP_TYPE, empty_headers
+
+HEADER_SIZE = 61
+_HEADER = struct.Struct(">qiiBIhiqqqhii")
+_CRC_START = 21
+_MAGIC_AT = 16
+CODEC_MASK = 0x07
+TIMESTAMP_TYPE_BIT = 0x08
+TRANSACTIONAL_BIT = 0x10
+CONTROL_BIT = 0x20
+CODECS = {"uncompressed": 0, "producer": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
+
+
+class BatchError(Exception):
+    """A produce batch the broker refuses; ``kind`` picks the Kafka error code."""
+
+    def __init__(self, kind: str, message: str) -> None:
+        super().__init__(message)
+        self.kind = kind  # corrupt | magic | too_large | invalid | unsupported
+
+
+@dataclass(frozen=True)
+class DecodedBatch:
+    """One produce batch as Arrow columns plus what idempotence needs."""
+
+    records: pa.RecordBatch
+    producer_id: int
+    producer_epoch: int
+    base_sequence: int
+    count: int
+    max_timestamp: int
+    timestamp_type: int
+    wire_bytes: int
+
+
+def split_batches(data: bytes | memoryview) -> list[memoryview]:
+    """The record batches of a produce request's ``records`` field."""
+    view = memoryview(data)
+    out = []
+    pos = 0
+    while pos < len(view):
+        if len(view) - pos < _MAGIC_AT + 1:
+            raise BatchError("corrupt", f"truncated record batch header at byte {pos}")
+        (length,) = struct.unpack_from(">i", view, pos + 8)
+        magic = view[pos + _MAGIC_AT]
+        if magic != 2:
+            raise BatchError(
+                "magic", f"record batch magic {magic} is not supported (only magic 2, Kafka 0.11+)"
+            )
+        end = pos + 12 + length
+        if length < HEADER_SIZE - 12 or end > len(view):
+            raise BatchError("corrupt", f"record batch length {length} at byte {pos} is invalid")
+        out.append(view[pos:end])
+        pos = end
+    return out
+
+
+def _gzip_into(data: memoryview, limit: int) -> bytes:
+    d = zlib.decompressobj(wbits=47)
+    try:
+        out = d.decompress(data, limit + 1)
+    except zlib.error as e:
+        raise BatchError("corrupt", f"gzip records do not decompress: {e}") from e
+    if len(out) > limit:
+        raise BatchError("too_large", f"gzip batch decompresses past {limit} bytes")
+    if not d.eof:
+        raise BatchError("corrupt", "gzip data is truncated")
+    return out
+
+
+def _snappy(data: memoryview, limit: int) -> bytes:
+    # Kafka's Java client and librdkafka frame snappy the xerial way: a 16-byte header, then
+    # (int32 length, raw snappy block) chunks. Otherwise the records are one raw block.
+    blocks: list[bytes] = []
+    if bytes(data[:8]) == b"\x82SNAPPY\x00":
+        pos = 16
+        while pos < len(data):
+            if pos + 4 > len(data):
+                raise BatchError("corrupt", "truncated xerial snappy chunk")
+            (size,) = struct.unpack_from(">i", data, pos)
+            if size < 0 or pos + 4 + size > len(data):
+                raise BatchError("corrupt", f"xerial snappy chunk of {size} bytes at {pos}")
+            blocks.append(bytes(data[pos + 4 : pos + 4 + size]))
+            pos += 4 + size
+    else:
+        blocks.append(bytes(data))
+    parts, total = [], 0
+    try:
+        for block in blocks:
+            total += int(cramjam.snappy.decompress_raw_len(block))
+            if total > limit:
+                raise BatchError("too_large", f"snappy batch decompresses past {limit} bytes")
+            parts.append(bytes(cramjam.snappy.decompress_raw(block)))
+    except cramjam.DecompressionError as e:
+        raise BatchError("corrupt", f"snappy records do not decompress: {e}") from e
+    return b"".join(parts)
+
+
+_INTO: dict[int, Callable[[bytes, bytearray], int]] = {
+    3: lambda d, o: int(cramjam.lz4.decompress_into(d, o)),
+    4: lambda d, o: int(cramjam.zstd.decompress_into(d, o)),
+}
+
+
+def decompress(codec: int, data: memoryview, limit: int) -> bytes:
+    """Decompress ``data`` into at most ``limit`` bytes (BatchError beyond)."""
+    if codec == 1:
+        return _gzip_into(data, limit)
+    if codec == 2:
+        return _snappy(data, limit)
+    if codec not in _INTO:
+        raise BatchError("corrupt", f"unknown compression codec {codec}")
+    size = min(limit, max(64 * 1024, 8 * len(data)))
+    while True:
+        out = bytearray(size)
+        try:
+            n = _INTO[codec](bytes(data), out)
+            return bytes(out[:n]) if n < size else bytes(out)
+        except (cramjam.DecompressionError, ValueError) as e:
+            if "whole buffer" not in str(e) and "too small" not in str(e).lower():
+                raise BatchError("corrupt", f"records do not decompress: {e}") from e
+            if size >= limit:
+                raise BatchError(
+                    "too_large", f"batch decompresses past {limit} bytes; refused"
+                ) from None
+            size = min(limit, size * 4)
+
+
+def decode_batch(raw: memoryview, *, max_decompressed: int) -> DecodedBatch:
+    """Validate and decode one record batch (see the module docstring)."""
+    if len(raw) < HEADER_SIZE:
+        raise BatchError("corrupt", f"record batch of {len(raw)} bytes is shorter than a header")
+    (
+        _base,
+        _length,
+        _epoch,
+        _magic,
+        crc,
+        attributes,
+        last_delta,
+        _base_ts,
+        max_ts,
+        producer_id,
+        producer_epoch,
+        base_sequence,
+        count,
+    ) = _HEADER.unpack_from(raw, 0)
+    if crc32c.crc32c(raw[_CRC_START:]) != crc:
+        raise BatchError("corrupt", "record batch fails its CRC-32C")
+    if attributes & (TRANSACTIONAL_BIT | CONTROL_BIT):
+        raise BatchError("unsupported", "transactional and control batches are not supported")
+    if count <= 0 or last_delta != count - 1:
+        raise BatchError("invalid", f"batch says {count} records and last delta {last_delta}")
+    codec = attributes & CODEC_MASK
+    if not codec:
+        data = bytes(raw)
+    else:
+        records = decompress(codec, raw[HEADER_SIZE:], max_decompressed)
+        plain_attr = attributes & ~CODEC_MASK
+        head = bytearray(raw[:HEADER_SIZE])
+        struct.pack_into(">i", head, 8, HEADER_SIZE - 12 + len(records))
+        struct.pack_into(">h", head, _CRC_START, plain_attr)
+        body = bytes(head[_CRC_START:]) + records
+        struct.pack_into(">I", head, 17, crc32c.crc32c(body))
+        data = bytes(head[:_CRC_START]) + body
+    batch = DefaultRecordBatch(data)
+    try:
+        recs = list(batch)
+    except Exception as e:  # aiokafka raises CorruptRecordException and struct errors
+        raise BatchError("corrupt", f"records do not decode: {e}") from e
+    if len(recs) != count:
+        raise BatchError("invalid", f"batch says {count} records, holds {len(recs)}")
+    ts_type = 1 if attributes & TIMESTAMP_TYPE_BIT else 0
+    if any(r.headers for r in recs):
+        headers = pa.array(
+            [[{"key": k, "value": v} for k, v in r.headers] for r in recs], HEADERS_TYPE
+        )
+    else:
+        headers = empty_headers(count)
+    columns = [
+        pa.array([r.timestamp for r in recs], pa.int64()).cast(TIMESTAMP_TYPE),
+        pa.array([r.key for r in recs], pa.binary()),
+        pa.array([r.value for r in recs], pa.binary()),
+        headers,
+    ]
+    names = ["timestamp", "key", "value", "headers"]
+    if producer_id >= 0:
+        seqs = [(base_sequence + i) & 0x7FFFFFFF for i in range(count)]
+        columns += [
+            pa.array([producer_id] * count, pa.int64()),
+            pa.array([producer_epoch] * count, pa.int16()),
+            pa.array(seqs, pa.int32()),
+        ]
+        names += ["producer_id", "producer_epoch", "sequence"]
+    return DecodedBatch(
+        pa.RecordBatch.from_arrays(columns, names=names),
+        producer_id,
+        producer_epoch,
+        base_sequence,
+        count,
+        max_ts,
+        ts_type,
+        len(raw),
+    )
+
+
+def encode_batches(
+    batches: Iterable[pa.RecordBatch], *, codec: int = 0, max_records: int = 4096
+) -> bytes:
+    """Stored Arrow batches as Kafka record batches of at most ``max_records`` records."""
+    out = bytearray()
+    for batch in batches:
+        n = batch.num_rows
+        if not n:
+            continue
+        offsets = batch.column("offset").to_pylist()
+        ts = batch.column("timestamp").cast(pa.int64()).to_pylist()
+        keys = batch.column("key").to_pylist()
+        values = batch.column("value").to_pylist()
+        hcol = batch.column("headers")
+        headers = (
+            [[(h["key"], h["value"]) for h in hs] for hs in hcol.to_pylist()]
+            if hcol.offsets[-1].as_py() - hcol.offsets[0].as_py()
+            else None
+        )
+        ts_type = batch.column("timestamp_type")[0].as_py()
+        pid = batch.column("producer_id")[0].as_py()
+        epoch = batch.column("producer_epoch")[0].as_py()
+        seq0 = batch.column("sequence")[0].as_py()
+        for start in range(0, n, max_records):
+            stop = min(n, start + max_records)
+            base = offsets[start]
+            builder = DefaultRecordBatchBuilder(
+                magic=2,
+                compression_type=codec,
+                is_transactional=0,
+                producer_id=pid,
+                producer_epoch=epoch,
+                base_sequence=seq0 if start == 0 else -1,
+                batch_size=2**31 - 1,
+            )
+            for i in range(start, stop):
+                builder.append(
+                    offsets[i] - base, ts[i], keys[i], values[i], headers[i] if headers else []
+                )
+            data = builder.build()
+            struct.pack_into(">q", data, 0, base)
+            if ts_type == 1:  # LogAppendTime: set the bit; the CRC covers the attributes
+                attributes = struct.unpack_from(">h", data, _CRC_START)[0] | TIMESTAMP_TYPE_BIT
+                struct.pack_into(">h", data, _CRC_START, attributes)
+                struct.pack_into(">I", data, 17, crc32c.crc32c(bytes(data[_CRC_START:])))
+            out += data
+    return bytes(out)

@@ -1,0 +1,95 @@
+"""Broker settings, from defaults, a TOML file (``conf/broker.toml``) and the command line.
+
+TOML layout::
+
+    [broker]
+    data_dir = "data"
+    listen = "127.0.0.1:9092"
+    advertised_host = "127.0.0.1"      # host clients are told to connect to
+    node_id = 0
+    auto_create_topics = true
+    num_partitions = 1
+    socket_request_max_bytes = 104857600
+    max_decompressed_batch_bytes = 67108864
+    max_connections = 1000
+    max_inflight_requests = 8                # pipelined requests processed per connection
+    group_initial_rebalance_delay_ms = 500   # an empty group waits this long for more members
+    group_min_session_timeout_ms = 1000
+    group_max_session_timeout_ms = 1800000
+    manifest_refresh_ms = 1000               # how often open partitions look for manifest
+                                             # versions committed by retention/compaction jobs
+    gc_interval_ms = 30000                   # how often unreferenced segment files are deleted
+
+    [topic_defaults]                   # Kafka topic configs applied to new topics
+    "retention.ms" = "604800000"
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass, field, fields, replace
+from typing import Any
+
+from sparklog.storage.config import TopicConfig
+
+
+def parse_listen(value: str) -> tuple[str, int]:
+    host, sep, port = value.rpartition(":")
+    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ValueError(f"listen address must be HOST:PORT, got {value!r}")
+    return host or "127.0.0.1", int(port)
+
+
+@dataclass(frozen=True)
+class BrokerConfig:
+    data_dir: str = "data"
+    listen: str = "127.0.0.1:9092"
+    advertised_host: str | None = None
+    node_id: int = 0
+    auto_create_topics: bool = True
+    num_partitions: int = 1
+    socket_request_max_bytes: int = 100 * 1024 * 1024
+    max_decompressed_batch_bytes: int = 64 * 1024 * 1024
+    max_connections: int = 1000
+    max_inflight_requests: int = 8
+    group_initial_rebalance_delay_ms: int = 500
+    group_min_session_timeout_ms: int = 1000
+    group_max_session_timeout_ms: int = 1_800_000
+    manifest_refresh_ms: int = 1000
+    gc_interval_ms: int = 30_000
+    topic_defaults: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        parse_listen(self.listen)
+        if self.num_partitions < 1:
+            raise ValueError(f"num_partitions must be >= 1, got {self.num_partitions}")
+        if self.max_inflight_requests < 1:
+            raise ValueError("max_inflight_requests must be >= 1")
+        if self.manifest_refresh_ms < 10 or self.gc_interval_ms < self.manifest_refresh_ms:
+            raise ValueError(
+                "manifest_refresh_ms must be >= 10 and gc_interval_ms >= manifest_refresh_ms"
+            )
+        if self.socket_request_max_bytes < 1024:
+            raise ValueError("socket_request_max_bytes must be at least 1024")
+        TopicConfig.from_mapping(self.topic_defaults)
+
+    @property
+    def host_port(self) -> tuple[str, int]:
+        return parse_listen(self.listen)
+
+    @classmethod
+    def load(cls, path: str | None = None, **overrides: Any) -> BrokerConfig:
+        values: dict[str, Any] = {}
+        if path:
+            with open(path, "rb") as f:
+                doc = tomllib.load(f)
+            known = {f.name for f in fields(cls)}
+            broker = dict(doc.get("broker", {}))
+            unknown = sorted(set(broker) - known)
+            if unknown:
+                raise ValueError(f"{path}: unknown broker settings {unknown}")
+            values.update(broker)
+            if "topic_defaults" in doc:
+                values["topic_defaults"] = {k: str(v) for k, v in doc["topic_defaults"].items()}
+        config = cls(**values)
+        return replace(config, **{k: v for k, v in overrides.items() if v is not None})

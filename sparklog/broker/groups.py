@@ -1,0 +1,483 @@
+"""The group coordinator: Kafka's classic consumer-group protocol.
+
+States (as Kafka's ``GroupMetadata``): Empty -> PreparingRebalance -> CompletingRebalance
+-> Stable, and back to PreparingRebalance whenever a member joins, leaves, changes its
+subscription or misses its session timeout; Dead once deleted.
+
+Join: a member without an id is given one and told MEMBER_ID_REQUIRED (JoinGroup v4+,
+KIP-394); it rejoins with it. A rebalance completes when every known member has rejoined,
+or after the longest rebalance timeout (members that did not rejoin are dropped); an Empty
+group first waits ``initial_rebalance_delay_ms`` so that members starting together land
+in one generation. Completion bumps the generation, picks the protocol every member
+supports (by vote), keeps or picks the leader, and answers every pending join: the leader
+gets the members and their metadata. Sync: the leader's SyncGroup carries every member's
+assignment; followers wait for it. Static members (``group.instance.id``) keep their
+instance across restarts; a newer member id for the same instance fences the older one
+(FENCED_INSTANCE_ID).
+
+Offset commits are checked as Kafka checks them: a commit with generation -1 and no member
+id (a standalone client, a Spark query, an admin reset) is accepted only while the group
+has no members; otherwise the member must be known (UNKNOWN_MEMBER_ID) and the generation
+current (ILLEGAL_GENERATION), and commits during CompletingRebalance get
+REBALANCE_IN_PROGRESS. As in Kafka's classic protocol, ownership of the committed partition
+is not checked. Committed offsets live in ``sparklog.broker.offsets.OffsetStore``.
+All of this runs on the broker's event loop; no locks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+log = logging.getLogger(__name__)
+
+
+class State(Enum):
+    EMPTY = "Empty"
+    PREPARING = "PreparingRebalance"
+    COMPLETING = "CompletingRebalance"
+    STABLE = "Stable"
+    DEAD = "Dead"
+
+
+class GroupError(Exception):
+    """A group request refused with ``code``."""
+
+    def __init__(self, code: ErrorCode, message: str = "") -> None:
+        super().__init__(message or code.name)
+        self.code = code
+
+
+@dataclass
+class Member:
+    member_id: str
+    group_instance_id: str | None
+    client_id: str
+    client_host: str
+    session_timeout_ms: int
+    rebalance_timeout_ms: int
+    protocol_type: str
+    protocols: list[tuple[str, bytes]]
+    assignment: bytes = b""
+    last_seen: float = field(default_factory=time.monotonic)
+    join_future: asyncio.Future[dict[str, Any]] | None = None
+    sync_future: asyncio.Future[bytes] | None = None
+
+    def metadata_for(self, protocol: str) -> bytes:
+        return next((m for n, m in self.protocols if n == protocol), b"")
+
+
+@dataclass
+class Group:
+    group_id: str
+    state: State = State.EMPTY
+    generation: int = 0
+    protocol_type: str | None = None
+    protocol_name: str | None = None
+    leader_id: str | None = None
+    members: dict[str, Member] = field(default_factory=dict)
+    pending_ids: dict[str, float] = field(default_factory=dict)  # member id -> expiry
+    static: dict[str, str] = field(default_factory=dict)
+    rebalance_task: asyncio.Task[None] | None = None
+
+
+@dataclass(frozen=True)
+class JoinRequest:
+    group_id: str
+    member_id: str
+    group_instance_id: str | None
+    client_id: str
+    client_host: str
+    session_timeout_ms: int
+    rebalance_timeout_ms: int
+    protocol_type: str
+    protocols: list[tuple[str, bytes]]
+    requires_known_member_id: bool
+
+
+class GroupCoordinator:
+    """Every consumer group of one broker; see the module docstring."""
+
+    def __init__(
+        self,
+        *,
+        initial_rebalance_delay_ms: int = 500,
+        min_session_timeout_ms: int = 1000,
+        max_session_timeout_ms: int = 1_800_000,
+    ) -> None:
+        self.groups: dict[str, Group] = {}
+        self.initial_delay_s = initial_rebalance_delay_ms / 1000
+        self.min_session_ms = min_session_timeout_ms
+        self.max_session_ms = max_session_timeout_ms
+        self._expiry_task: asyncio.Task[None] | None = None
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def start(self) -> None:
+        self._expiry_task = asyncio.get_running_loop().create_task(self._expire_loop())
+
+    async def stop(self) -> None:
+        if self._expiry_task is not None:
+            self._expiry_task.cancel()
+            await asyncio.gather(self._expiry_task, return_exceptions=True)
+        for group in self.groups.values():
+            if group.rebalance_task is not None:
+                group.rebalance_task.cancel()
+            for m in group.members.values():
+                for fut in (m.join_future, m.sync_future):
+                    if fut is not None and not fut.done():
+                        fut.cancel()
+
+    def group(self, group_id: str) -> Group:
+        g = self.groups.get(group_id)
+        if g is None or g.state == State.DEAD:
+            g = Group(group_id)
+            self.groups[group_id] = g
+        return g
+
+    # ------------------------------------------------------------------ join
+
+    async def join(self, req: JoinRequest) -> dict[str, Any]:
+        if not req.group_id:
+            raise GroupError(ErrorCode.invalid_group_id, "group id is empty")
+        if not self.min_session_ms <= req.session_timeout_ms <= self.max_session_ms:
+            raise GroupError(
+                ErrorCode.invalid_session_timeout,
+                f"session timeout {req.session_timeout_ms} ms is outside "
+                f"[{self.min_session_ms}, {self.max_session_ms}]",
+            )
+        group = self.group(req.group_id)
+        if (
+            group.protocol_type is not None
+            and group.members
+            and (
+                req.protocol_type != group.protocol_type
+                or not {n for n, _ in req.protocols} & self._candidate_protocols(group)
+            )
+        ):
+            raise GroupError(ErrorCode.inconsistent_group_protocol)
+        member_id = req.member_id
+        if req.group_instance_id is not None:
+            old = group.static.get(req.group_instance_id)
+            if member_id and old is not None and member_id != old:
+                raise GroupError(ErrorCode.fenced_instance_id)
+            if not member_id:
+                member_id = f"{req.group_instance_id}-{uuid.uuid4()}"
+                if old is not None and old in group.members:
+                    # a restarted static member takes over its old place
+                    prev = group.members.pop(old)
+                    self._fail(prev, ErrorCode.fenced_instance_id)
+                    if group.leader_id == old:
+                        group.leader_id = member_id
+                group.static[req.group_instance_id] = member_id
+        elif not member_id:
+            member_id = f"{req.client_id or 'member'}-{uuid.uuid4()}"
+            if req.requires_known_member_id:
+                group.pending_ids[member_id] = time.monotonic() + req.session_timeout_ms / 1000
+                return self._join_error(ErrorCode.member_id_required, member_id)
+        elif member_id not in group.members and member_id not in group.pending_ids:
+            raise GroupError(ErrorCode.unknown_member_id)
+        group.pending_ids.pop(member_id, None)
+        member = group.members.get(member_id)
+        if member is None:
+            member = Member(
+                member_id, req.group_instance_id, req.client_id, req.client_host,
+                req.session_timeout_ms, req.rebalance_timeout_ms, req.protocol_type,
+                list(req.protocols),
+            )  # fmt: skip
+            group.members[member_id] = member
+        member.protocols = list(req.protocols)
+        member.session_timeout_ms = req.session_timeout_ms
+        member.rebalance_timeout_ms = req.rebalance_timeout_ms
+        member.last_seen = time.monotonic()
+        group.protocol_type = req.protocol_type
+        if member.join_future is not None and not member.join_future.done():
+            member.join_future.cancel()
+        fut: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        member.join_future = fut
+        # in the classic protocol every join, even one with an unchanged subscription,
+        # starts a rebalance; the leader decides whether assignments change
+        self._prepare_rebalance(group, f"member {member_id} joined")
+        self._maybe_complete(group)
+        return await fut
+
+    def _join_error(self, code: ErrorCode, member_id: str = "") -> dict[str, Any]:
+        return {
+            "throttle_time": 0,
+            "error_code": code,
+            "generation_id": -1,
+            "protocol_type": None,
+            "protocol_name": None,
+            "leader": "",
+            "skip_assignment": False,
+            "member_id": member_id,
+            "members": [],
+        }
+
+    def _candidate_protocols(self, group: Group) -> set[str]:
+        sets = [{n for n, _ in m.protocols} for m in group.members.values()]
+        return set.intersection(*sets) if sets else set()
+
+    def _prepare_rebalance(self, group: Group, reason: str) -> None:
+        if group.state == State.COMPLETING:
+            for m in group.members.values():
+                self._fail_sync(m, ErrorCode.rebalance_in_progress)
+        if group.state != State.PREPARING:
+            log.info("group %s: rebalancing (%s)", group.group_id, reason)
+            delay = self.initial_delay_s if group.state == State.EMPTY else 0.0
+            group.state = State.PREPARING
+            timeout = max((m.rebalance_timeout_ms for m in group.members.values()), default=0)
+            if group.rebalance_task is not None:
+                group.rebalance_task.cancel()
+            group.rebalance_task = asyncio.get_running_loop().create_task(
+                self._rebalance_deadline(group, delay, timeout / 1000)
+            )
+            group.rebalance_task.delay_until = time.monotonic() + delay  # type: ignore[attr-defined]
+
+    async def _rebalance_deadline(self, group: Group, delay_s: float, timeout_s: float) -> None:
+        try:
+            if delay_s:
+                await asyncio.sleep(delay_s)
+                self._maybe_complete(group)
+                if group.state != State.PREPARING:
+                    return
+            await asyncio.sleep(max(timeout_s - delay_s, 0))
+            if group.state == State.PREPARING:
+                for mid, m in list(group.members.items()):
+                    if m.join_future is None or m.join_future.done():
+                        log.info("group %s: dropping %s (did not rejoin)", group.group_id, mid)
+                        self._remove(group, mid)
+                self._complete(group)
+        except asyncio.CancelledError:
+            pass
+
+    def _maybe_complete(self, group: Group) -> None:
+        if group.state != State.PREPARING:
+            return
+        task = group.rebalance_task
+        delay_until = getattr(task, "delay_until", 0.0) if task is not None else 0.0
+        if time.monotonic() < delay_until:
+            return
+        waiting = [m for m in group.members.values()
+                   if m.join_future is None or m.join_future.done()]  # fmt: skip
+        if not waiting and not group.pending_ids:
+            if (
+                group.rebalance_task is not None
+                and group.rebalance_task is not asyncio.current_task()
+            ):
+                group.rebalance_task.cancel()
+            self._complete(group)
+
+    def _complete(self, group: Group) -> None:
+        group.rebalance_task = None
+        group.generation += 1
+        group.pending_ids.clear()
+        if not group.members:
+            group.state = State.EMPTY
+            group.leader_id = None
+            group.protocol_name = None
+            log.info("group %s: empty (generation %d)", group.group_id, group.generation)
+            return
+        group.protocol_name = self._select_protocol(group)
+        if group.leader_id not in group.members:
+            group.leader_id = next(iter(group.members))
+        group.state = State.COMPLETING
+        log.info(
+            "group %s: generation %d, %d members, protocol %s, leader %s",
+            group.group_id, group.generation, len(group.members), group.protocol_name,
+            group.leader_id,
+        )  # fmt: skip
+        for mid, m in group.members.items():
+            m.assignment = b""
+            response = {
+                "throttle_time": 0,
+                "error_code": ErrorCode.none,
+                "generation_id": group.generation,
+                "protocol_type": group.protocol_type,
+                "protocol_name": group.protocol_name,
+                "leader": group.leader_id,
+                "skip_assignment": False,
+                "member_id": mid,
+                "members": [
+                    {
+                        "member_id": other.member_id,
+                        "group_instance_id": other.group_instance_id,
+                        "metadata": other.metadata_for(group.protocol_name or ""),
+                    }
+                    for other in group.members.values()
+                ]
+                if mid == group.leader_id
+                else [],
+            }
+            if m.join_future is not None and not m.join_future.done():
+                m.join_future.set_result(response)
+            m.join_future = None
+            m.last_seen = time.monotonic()
+
+    def _select_protocol(self, group: Group) -> str:
+        candidates = self._candidate_protocols(group)
+        votes: dict[str, int] = {}
+        for m in group.members.values():
+            choice = next((n for n, _ in m.protocols if n in candidates), None)
+            if choice is not None:
+                votes[choice] = votes.get(choice, 0) + 1
+        return max(votes, key=lambda n: votes[n]) if votes else ""
+
+    # ------------------------------------------------------------------ sync, heartbeat, leave
+
+    def _member(
+        self, group_id: str, member_id: str, instance_id: str | None
+    ) -> tuple[Group, Member]:
+        group = self.groups.get(group_id)
+        if group is None or group.state == State.DEAD:
+            raise GroupError(ErrorCode.unknown_member_id, f"group {group_id!r} is unknown")
+        if instance_id is not None and group.static.get(instance_id, member_id) != member_id:
+            raise GroupError(ErrorCode.fenced_instance_id)
+        member = group.members.get(member_id)
+        if member is None:
+            raise GroupError(ErrorCode.unknown_member_id)
+        member.last_seen = time.monotonic()
+        return group, member
+
+    async def sync(
+        self,
+        group_id: str,
+        member_id: str,
+        instance_id: str | None,
+        generation: int,
+        assignments: dict[str, bytes],
+    ) -> tuple[bytes, Group]:
+        group, member = self._member(group_id, member_id, instance_id)
+        if generation != group.generation:
+            raise GroupError(ErrorCode.illegal_generation)
+        if group.state == State.PREPARING:
+            raise GroupError(ErrorCode.rebalance_in_progress)
+        if group.state == State.STABLE:
+            return member.assignment, group
+        if member_id == group.leader_id:
+            for mid, m in group.members.items():
+                m.assignment = assignments.get(mid, b"")
+            group.state = State.STABLE
+            for m in group.members.values():
+                if m.sync_future is not None and not m.sync_future.done():
+                    m.sync_future.set_result(m.assignment)
+                m.sync_future = None
+            return member.assignment, group
+        fut: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
+        member.sync_future = fut
+        return await fut, group
+
+    def heartbeat(
+        self, group_id: str, member_id: str, instance_id: str | None, generation: int
+    ) -> None:
+        group, _member = self._member(group_id, member_id, instance_id)
+        if generation != group.generation:
+            raise GroupError(ErrorCode.illegal_generation)
+        if group.state == State.PREPARING:
+            raise GroupError(ErrorCode.rebalance_in_progress)
+
+    def leave(self, group_id: str, member_id: str, instance_id: str | None) -> ErrorCode:
+        group = self.groups.get(group_id)
+        if group is None:
+            return ErrorCode.unknown_member_id
+        if instance_id is not None and not member_id:
+            member_id = group.static.get(instance_id, "")
+        if member_id not in group.members:
+            return ErrorCode.unknown_member_id
+        self._remove(group, member_id)
+        self._after_removal(group, f"member {member_id} left")
+        return ErrorCode.none
+
+    def _remove(self, group: Group, member_id: str) -> None:
+        m = group.members.pop(member_id, None)
+        if m is None:
+            return
+        if m.group_instance_id is not None and group.static.get(m.group_instance_id) == member_id:
+            del group.static[m.group_instance_id]
+        self._fail(m, ErrorCode.unknown_member_id)
+        if group.leader_id == member_id:
+            group.leader_id = None
+
+    def _after_removal(self, group: Group, reason: str) -> None:
+        if group.state in (State.STABLE, State.COMPLETING):
+            self._prepare_rebalance(group, reason)
+            self._maybe_complete(group)
+        elif group.state == State.PREPARING:
+            self._maybe_complete(group)
+
+    def _fail(self, m: Member, code: ErrorCode) -> None:
+        if m.join_future is not None and not m.join_future.done():
+            m.join_future.set_result(self._join_error(code, m.member_id))
+        self._fail_sync(m, code)
+
+    def _fail_sync(self, m: Member, code: ErrorCode) -> None:
+        if m.sync_future is not None and not m.sync_future.done():
+            m.sync_future.set_exception(GroupError(code))
+        m.sync_future = None
+
+    async def _expire_loop(self) -> None:
+        while True:
+            await asyncio.sleep(0.2)
+            now = time.monotonic()
+            for group in list(self.groups.values()):
+                # a member id handed out with MEMBER_ID_REQUIRED that never came back
+                stale = [mid for mid, until in group.pending_ids.items() if now > until]
+                for mid in stale:
+                    log.info("group %s: pending member %s never joined", group.group_id, mid)
+                    del group.pending_ids[mid]
+                if stale:
+                    self._maybe_complete(group)
+                expired = [
+                    mid
+                    for mid, m in group.members.items()
+                    if (m.join_future is None or m.join_future.done())
+                    and now - m.last_seen > m.session_timeout_ms / 1000
+                ]
+                for mid in expired:
+                    log.info("group %s: member %s session expired", group.group_id, mid)
+                    self._remove(group, mid)
+                if expired:
+                    self._after_removal(group, "session timeout")
+
+    # ------------------------------------------------------------------ commits
+
+    def check_commit(
+        self, group_id: str, member_id: str, instance_id: str | None, generation: int
+    ) -> None:
+        """Raise GroupError unless this commit may proceed (see the module docstring)."""
+        if not group_id:
+            raise GroupError(ErrorCode.invalid_group_id)
+        group = self.groups.get(group_id)
+        if generation < 0 and not member_id:
+            if group is not None and group.members:
+                raise GroupError(
+                    ErrorCode.unknown_member_id,
+                    f"group {group_id!r} has active members; a commit without a generation "
+                    "is allowed only while it is empty",
+                )
+            return
+        if group is None or member_id not in group.members:
+            raise GroupError(ErrorCode.unknown_member_id)
+        if instance_id is not None and group.static.get(instance_id) != member_id:
+            raise GroupError(ErrorCode.fenced_instance_id)
+        if generation != group.generation:
+            raise GroupError(ErrorCode.illegal_generation)
+        if group.state == State.COMPLETING:
+            raise GroupError(ErrorCode.rebalance_in_progress)
+        group.members[member_id].last_seen = time.monotonic()
+
+    def delete(self, group_id: str) -> ErrorCode:
+        group = self.groups.get(group_id)
+        if group is not None and group.members:
+            return ErrorCode.non_empty_group
+        if group is not None:
+            group.state = State.DEAD
+            del self.groups[group_id]
+        return ErrorCode.none

@@ -1,0 +1,225 @@
+"""CreateTopics, DeleteTopics, CreatePartitions, DescribeConfigs, InitProducerId."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from sparklog.broker.errors import error_code
+from sparklog.broker.handlers import RequestContext
+from sparklog.errors import InvalidConfigError, SparkLogError, TopicExistsError
+from sparklog.storage import names
+from sparklog.storage.config import TopicConfig
+from sparklog.storage.topics import TopicMeta
+
+TOPIC_RESOURCE = 2
+BROKER_RESOURCE = 4
+SOURCE_TOPIC = 1  # DYNAMIC_TOPIC_CONFIG
+SOURCE_DEFAULT = 5  # DEFAULT_CONFIG
+_TYPE_STRING, _TYPE_INT, _TYPE_LONG, _TYPE_DOUBLE, _TYPE_LIST = 2, 3, 5, 6, 7
+_CONFIG_TYPES = {
+    "cleanup.policy": _TYPE_LIST,
+    "compression.type": _TYPE_STRING,
+    "message.timestamp.type": _TYPE_STRING,
+    "segment.bytes": _TYPE_INT,
+    "max.message.bytes": _TYPE_INT,
+    "index.interval.bytes": _TYPE_INT,
+    "min.cleanable.dirty.ratio": _TYPE_DOUBLE,
+}
+
+
+def _config_entries(meta: TopicMeta, keys: Any) -> list[dict[str, Any]]:
+    explicit = meta.config.non_defaults()
+    out = []
+    for name, value in meta.config.to_mapping().items():
+        if keys and name not in keys:
+            continue
+        out.append(
+            {
+                "name": name,
+                "value": str(value),
+                "read_only": False,
+                "config_source": SOURCE_TOPIC if name in explicit else SOURCE_DEFAULT,
+                "is_default": name not in explicit,
+                "is_sensitive": False,
+                "synonyms": [],
+                "config_type": _CONFIG_TYPES.get(name, _TYPE_LONG),
+                "documentation": None,
+            }
+        )
+    return out
+
+
+async def create_topics(ctx: RequestContext, header: Any, req: Any) -> dict[str, Any]:
+    out = []
+    for t in req.topics:
+        entry: dict[str, Any] = {
+            "name": t.name,
+            "topic_id": uuid.UUID(int=0),
+            "error_code": ErrorCode.none,
+            "error_message": None,
+            "topic_config_error_code": 0,
+            "num_partitions": -1,
+            "replication_factor": -1,
+            "configs": [],
+        }
+        try:
+            names.validate_topic_name(t.name)
+            if int(t.replication_factor) not in (-1, 1):
+                entry["error_code"] = ErrorCode.invalid_replication_factor
+                entry["error_message"] = (
+                    f"replication factor {t.replication_factor}: this broker keeps one copy "
+                    "(durability comes from fsync and the storage below)"
+                )
+                out.append(entry)
+                continue
+            if t.assignments:
+                entry["error_code"] = ErrorCode.invalid_replica_assignment
+                entry["error_message"] = "manual replica assignment is not supported"
+                out.append(entry)
+                continue
+            configs = {c.name: c.value for c in t.configs if c.value is not None}
+            partitions = int(t.num_partitions)
+            if partitions == 0 or partitions < -1:
+                raise InvalidConfigError(f"num_partitions {partitions} must be positive")
+            if req.validate_only:
+                TopicConfig.from_mapping({**ctx.manager.config.topic_defaults, **configs})
+                if ctx.manager.topics().get(t.name) is not None:
+                    raise TopicExistsError(f"topic {t.name!r} already exists")
+                meta = None
+            else:
+                meta = ctx.manager.create_topic(t.name, partitions, configs)
+            if meta is not None:
+                entry.update(
+                    topic_id=uuid.UUID(meta.topic_id),
+                    num_partitions=meta.partitions,
+                    replication_factor=1,
+                    configs=[
+                        {
+                            "name": c["name"],
+                            "value": c["value"],
+                            "read_only": False,
+                            "config_source": c["config_source"],
+                            "is_sensitive": False,
+                        }
+                        for c in _config_entries(meta, None)
+                    ],
+                )
+        except (SparkLogError, ValueError) as e:
+            code = error_code(e)
+            if isinstance(e, InvalidConfigError) and "partitions" in str(e):
+                code = ErrorCode.invalid_partitions
+            entry.update(error_code=code, error_message=str(e))
+        out.append(entry)
+    return {"throttle_time": 0, "topics": out}
+
+
+async def delete_topics(ctx: RequestContext, header: Any, req: Any) -> dict[str, Any]:
+    out = []
+    for name in req.topic_names:
+        entry: dict[str, Any] = {"name": name, "error_code": ErrorCode.none, "error_message": None}
+        try:
+            ctx.manager.delete_topic(name)
+        except (SparkLogError, ValueError) as e:
+            entry.update(error_code=error_code(e), error_message=str(e))
+        out.append(entry)
+    return {"throttle_time": 0, "responses": out}
+
+
+async def create_partitions(ctx: RequestContext, header: Any, req: Any) -> dict[str, Any]:
+    out = []
+    for t in req.topics:
+        entry: dict[str, Any] = {
+            "name": t.name,
+            "error_code": ErrorCode.none,
+            "error_message": None,
+        }
+        try:
+            if req.validate_only:
+                meta = ctx.manager.topic(t.name)
+                if int(t.count) <= meta.partitions:
+                    raise InvalidConfigError(f"partitions must grow beyond {meta.partitions}")
+            else:
+                ctx.manager.add_partitions(t.name, int(t.count))
+        except (SparkLogError, ValueError) as e:
+            code = error_code(e)
+            if isinstance(e, InvalidConfigError):
+                code = ErrorCode.invalid_partitions
+            entry.update(error_code=code, error_message=str(e))
+        out.append(entry)
+    return {"throttle_time": 0, "results": out}
+
+
+async def describe_configs(ctx: RequestContext, header: Any, req: Any) -> dict[str, Any]:
+    results = []
+    for r in req.resources:
+        entry: dict[str, Any] = {
+            "error_code": ErrorCode.none,
+            "error_message": None,
+            "resource_type": r.resource_type,
+            "resource_name": r.resource_name,
+            "configs": [],
+        }
+        try:
+            if r.resource_type == TOPIC_RESOURCE:
+                meta = ctx.manager.topic(r.resource_name)
+                entry["configs"] = _config_entries(meta, r.configuration_keys)
+            elif r.resource_type == BROKER_RESOURCE:
+                cfg = ctx.manager.config
+                broker = {
+                    "broker.id": str(cfg.node_id),
+                    "auto.create.topics.enable": str(cfg.auto_create_topics).lower(),
+                    "num.partitions": str(cfg.num_partitions),
+                    "socket.request.max.bytes": str(cfg.socket_request_max_bytes),
+                }
+                entry["configs"] = [
+                    {
+                        "name": k,
+                        "value": v,
+                        "read_only": True,
+                        "config_source": 4,  # STATIC_BROKER_CONFIG
+                        "is_sensitive": False,
+                        "synonyms": [],
+                        "config_type": _TYPE_STRING,
+                        "documentation": None,
+                    }
+                    for k, v in broker.items()
+                    if not r.configuration_keys or k in r.configuration_keys
+                ]
+            else:
+                entry.update(
+                    error_code=ErrorCode.invalid_request,
+                    error_message=f"resource type {r.resource_type} is not supported",
+                )
+        except (SparkLogError, ValueError) as e:
+            entry.update(error_code=error_code(e), error_message=str(e))
+        results.append(entry)
+    return {"throttle_time": 0, "results": results}
+
+
+async def init_producer_id(ctx: RequestContext, header: Any, req: Any) -> dict[str, Any]:
+    if req.transactional_id is not None:
+        return {
+            "throttle_time": 0,
+            "error_code": ErrorCode.invalid_request,
+            "producer_id": -1,
+            "producer_epoch": -1,
+        }
+    pid = int(getattr(req, "producer_id", -1))
+    epoch = int(getattr(req, "producer_epoch", -1))
+    if pid >= 0 and 0 <= epoch < 32767:
+        # KIP-360: an idempotent producer that hit an error asks for a bumped epoch
+        return {
+            "throttle_time": 0,
+            "error_code": ErrorCode.none,
+            "producer_id": pid,
+            "producer_epoch": epoch + 1,
+        }
+    return {
+        "throttle_time": 0,
+        "error_code": ErrorCode.none,
+        "producer_id": ctx.manager.producer_ids.next_id(),
+        "producer_epoch": 0,
+    }

@@ -1,0 +1,259 @@
+"""FindCoordinator, JoinGroup, SyncGroup, Heartbeat, LeaveGroup, OffsetCommit, OffsetFetch,
+ListGroups, DescribeGroups, DeleteGroups: the classic group protocol over
+``sparklog.broker.groups`` and ``sparklog.broker.offsets``. Request fields are read by name
+with the defaults of older versions, so one handler serves every advertised version."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from sparklog.broker.groups import GroupError, JoinRequest
+from sparklog.broker.handlers import RequestContext
+from sparklog.broker.offsets import CommitEntry
+from sparklog.errors import SparkLogError
+
+
+def _ms(value: Any, default: int) -> int:
+    if value is None:
+        return default
+    if hasattr(value, "total_seconds"):
+        return int(value.total_seconds() * 1000)
+    return int(value)
+
+
+async def find_coordinator(ctx: RequestContext, header: Any, req: Any) -> dict[str, Any]:
+    keys = list(getattr(req, "coordinator_keys", ()) or [getattr(req, "key", "")])
+    me = {"node_id": ctx.node_id, "host": ctx.host, "port": ctx.port}
+    return {
+        "throttle_time": 0,
+        "error_code": ErrorCode.none,
+        "error_message": None,
+        **me,
+        "coordinators": [
+            {"key": k, **me, "error_code": ErrorCode.none, "error_message": None} for k in keys
+        ],
+    }
+
+
+async def join_group(ctx: RequestContext, header: Any, req: Any) -> dict[str, Any]:
+    assert ctx.coordinator is not None
+    session = _ms(req.session_timeout, 10_000)
+    join = JoinRequest(
+        group_id=req.group_id,
+        member_id=req.member_id or "",
+        group_instance_id=getattr(req, "group_instance_id", None),
+        client_id=getattr(header, "client_id", "") or "",
+        client_host=ctx.peer_host,
+        session_timeout_ms=session,
+        rebalance_timeout_ms=_ms(getattr(req, "rebalance_timeout", None), session),
+        protocol_type=req.protocol_type,
+        protocols=[(p.name, bytes(p.metadata)) for p in req.protocols],
+        requires_known_member_id=ctx.api_version >= 4,
+    )
+    try:
+        return await ctx.coordinator.join(join)
+    except GroupError as e:
+        return {
+            "throttle_time": 0,
+            "error_code": e.code,
+            "generation_id": -1,
+            "protocol_type": None,
+            "protocol_name": None,
+            "leader": "",
+            "skip_assignment": False,
+            "member_id": req.member_id or "",
+            "members": [],
+        }
+
+
+async def sync_group(ctx: RequestContext, header: Any, req: Any) -> dict[str, Any]:
+    assert ctx.coordinator is not None
+    try:
+        assignment, group = await ctx.coordinator.sync(
+            req.group_id,
+            req.member_id,
+            getattr(req, "group_instance_id", None),
+            int(req.generation_id),
+            {a.member_id: bytes(a.assignment) for a in req.assignments},
+        )
+        return {
+            "throttle_time": 0,
+            "error_code": ErrorCode.none,
+            "protocol_type": group.protocol_type,
+            "protocol_name": group.protocol_name,
+            "assignment": assignment,
+        }
+    except GroupError as e:
+        return {"throttle_time": 0, "error_code": e.code, "protocol_type": None,
+                "protocol_name": None, "assignment": b""}  # fmt: skip
+
+
+async def heartbeat(ctx: RequestContext, header: Any, req: Any) -> dict[str, Any]:
+    assert ctx.coordinator is not None
+    try:
+        ctx.coordinator.heartbeat(
+            req.group_id, req.member_id, getattr(req, "group_instance_id", None),
+            int(req.generation_id),
+        )  # fmt: skip
+        code = ErrorCode.none
+    except GroupError as e:
+        code = e.code
+    return {"throttle_time": 0, "error_code": code}
+
+
+async def leave_group(ctx: RequestContext, header: Any, req: Any) -> dict[str, Any]:
+    assert ctx.coordinator is not None
+    members = getattr(req, "members", None)
+    if members is None:
+        codes = [ctx.coordinator.leave(req.group_id, req.member_id, None)]
+        return {"throttle_time": 0, "error_code": codes[0], "members": []}
+    out = []
+    for m in members:
+        code = ctx.coordinator.leave(req.group_id, m.member_id, m.group_instance_id)
+        out.append({"member_id": m.member_id, "group_instance_id": m.group_instance_id,
+                    "error_code": code})  # fmt: skip
+    return {"throttle_time": 0, "error_code": ErrorCode.none, "members": out}
+
+
+async def offset_commit(ctx: RequestContext, header: Any, req: Any) -> dict[str, Any]:
+    assert ctx.coordinator is not None and ctx.offsets is not None
+    generation = int(getattr(req, "generation_id_or_member_epoch",
+                             getattr(req, "generation_id", -1)))  # fmt: skip
+    code = ErrorCode.none
+    try:
+        ctx.coordinator.check_commit(
+            req.group_id, req.member_id or "", getattr(req, "group_instance_id", None), generation
+        )
+    except GroupError as e:
+        code = e.code
+    topics_out = []
+    entries: list[CommitEntry] = []
+    for t in req.topics:
+        parts = []
+        for p in t.partitions:
+            pcode = code
+            if pcode == ErrorCode.none:
+                try:
+                    ctx.manager.topic(t.name)
+                    if not 0 <= p.partition_index < ctx.manager.topic(t.name).partitions:
+                        pcode = ErrorCode.unknown_topic_or_partition
+                except (SparkLogError, ValueError):
+                    pcode = ErrorCode.unknown_topic_or_partition
+            if pcode == ErrorCode.none:
+                entries.append(
+                    CommitEntry(
+                        t.name,
+                        int(p.partition_index),
+                        int(p.committed_offset),
+                        int(getattr(p, "committed_leader_epoch", -1)),
+                        p.committed_metadata,
+                    )
+                )
+            parts.append({"partition_index": p.partition_index, "error_code": pcode})
+        topics_out.append({"name": t.name, "partitions": parts})
+    if entries:
+        try:
+            await ctx.offsets.commit(req.group_id, entries)
+        except Exception:
+            for t in topics_out:
+                for p in t["partitions"]:
+                    if p["error_code"] == ErrorCode.none:
+                        p["error_code"] = ErrorCode.kafka_storage_error
+    return {"throttle_time": 0, "topics": topics_out}
+
+
+def _fetch_group(ctx: RequestContext, group_id: str, topics: Any) -> dict[str, Any]:
+    assert ctx.offsets is not None
+    committed = ctx.offsets.committed(group_id)
+    wanted: list[tuple[str, list[int]]]
+    if topics is None:
+        by_topic: dict[str, list[int]] = {}
+        for t, p in sorted(committed):
+            by_topic.setdefault(t, []).append(p)
+        wanted = list(by_topic.items())
+    else:
+        wanted = [(t.name, list(t.partition_indexes)) for t in topics]
+    out = []
+    for name, parts in wanted:
+        rows = []
+        for p in parts:
+            c = committed.get((name, p))
+            rows.append(
+                {
+                    "partition_index": p,
+                    "committed_offset": c.offset if c else -1,
+                    "committed_leader_epoch": c.leader_epoch if c else -1,
+                    "metadata": c.metadata if c else "",
+                    "error_code": ErrorCode.none,
+                }
+            )
+        out.append({"name": name, "partitions": rows})
+    return {"group_id": group_id, "topics": out, "error_code": ErrorCode.none}
+
+
+async def offset_fetch(ctx: RequestContext, header: Any, req: Any) -> dict[str, Any]:
+    groups = getattr(req, "groups", None)
+    if groups is None:
+        one = _fetch_group(ctx, req.group_id, req.topics)
+        return {"throttle_time": 0, "topics": one["topics"], "error_code": ErrorCode.none}
+    return {
+        "throttle_time": 0,
+        "groups": [_fetch_group(ctx, g.group_id, g.topics) for g in groups],
+    }
+
+
+async def list_groups(ctx: RequestContext, header: Any, req: Any) -> dict[str, Any]:
+    assert ctx.coordinator is not None and ctx.offsets is not None
+    wanted = set(getattr(req, "states_filter", ()) or ())
+    rows = {}
+    for gid in ctx.offsets.offsets:
+        rows[gid] = {"group_id": gid, "protocol_type": "consumer", "group_state": "Empty"}
+    for gid, g in ctx.coordinator.groups.items():
+        rows[gid] = {"group_id": gid, "protocol_type": g.protocol_type or "consumer",
+                     "group_state": g.state.value}  # fmt: skip
+    groups = [r for r in rows.values() if not wanted or r["group_state"] in wanted]
+    return {"throttle_time": 0, "error_code": ErrorCode.none,
+            "groups": sorted(groups, key=lambda r: r["group_id"])}  # fmt: skip
+
+
+async def describe_groups(ctx: RequestContext, header: Any, req: Any) -> dict[str, Any]:
+    assert ctx.coordinator is not None and ctx.offsets is not None
+    out = []
+    for gid in req.groups:
+        g = ctx.coordinator.groups.get(gid)
+        if g is None:
+            state = "Empty" if gid in ctx.offsets.offsets else "Dead"
+            out.append({"error_code": ErrorCode.none, "group_id": gid, "group_state": state,
+                        "protocol_type": "consumer" if state == "Empty" else "",
+                        "protocol_data": "", "members": [],
+                        "authorized_operations": -2147483648})  # fmt: skip
+            continue
+        members = [
+            {
+                "member_id": m.member_id,
+                "group_instance_id": m.group_instance_id,
+                "client_id": m.client_id,
+                "client_host": m.client_host,
+                "member_metadata": m.metadata_for(g.protocol_name or ""),
+                "member_assignment": m.assignment,
+            }
+            for m in g.members.values()
+        ]
+        out.append({"error_code": ErrorCode.none, "group_id": gid, "group_state": g.state.value,
+                    "protocol_type": g.protocol_type or "", "protocol_data": g.protocol_name or "",
+                    "members": members, "authorized_operations": -2147483648})  # fmt: skip
+    return {"throttle_time": 0, "groups": out}
+
+
+async def delete_groups(ctx: RequestContext, header: Any, req: Any) -> dict[str, Any]:
+    assert ctx.coordinator is not None and ctx.offsets is not None
+    results = []
+    for gid in req.groups_names:
+        known = gid in ctx.coordinator.groups or gid in ctx.offsets.offsets
+        code = ctx.coordinator.delete(gid) if known else ErrorCode.group_id_not_found
+        if code == ErrorCode.none:
+            await ctx.offsets.delete_group(gid)
+        results.append({"group_id": gid, "error_code": code})
+    return {"throttle_time": 0, "results": results}

@@ -1,0 +1,130 @@
+"""Produce: decode, check, append, then (acks != 0) wait for the group-commit fsync.
+
+Every partition of a request is appended before any fsync is awaited, so one request's
+partitions share fsyncs with each other and with other requests. A partition that fails
+gets its error code; the others are unaffected and nothing partial is ever written: a
+batch is decoded and checked whole before its single append.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from sparklog.broker.batches import BatchError, decode_batch, split_batches
+from sparklog.broker.errors import error_code
+from sparklog.broker.handlers import RequestContext
+from sparklog.broker.partitions import PartitionHandle
+from sparklog.errors import InvalidRecordsError, RecordTooLargeError, SparkLogError
+
+log = logging.getLogger(__name__)
+_BACKGROUND: set[asyncio.Task[None]] = set()
+
+
+def _background_done(task: asyncio.Task[None]) -> None:
+    _BACKGROUND.discard(task)
+    if not task.cancelled() and task.exception() is not None:
+        log.warning("acks=0 records not made durable: %s", task.exception())
+
+
+def _partition_error(index: int, code: ErrorCode, message: str | None) -> dict[str, Any]:
+    return {
+        "index": index,
+        "error_code": code,
+        "base_offset": -1,
+        "log_append_time": None,
+        "log_start_offset": -1,
+        "record_errors": [],
+        "error_message": message,
+    }
+
+
+def _append_one(
+    ctx: RequestContext, topic: str, index: int, records: bytes | None
+) -> tuple[dict[str, Any], PartitionHandle | None, int]:
+    """Append one partition's data; returns (response entry, handle, next offset to await)."""
+    manager = ctx.manager
+    meta = manager.auto_create(topic)
+    handle = manager.partition(topic, index)
+    if records is None:
+        raise BatchError("invalid", "no records")
+    raw_batches = split_batches(records)
+    if len(raw_batches) != 1:
+        raise BatchError("invalid", f"expected one record batch, got {len(raw_batches)}")
+    raw = raw_batches[0]
+    if len(raw) > meta.config.max_message_bytes:
+        raise RecordTooLargeError(
+            f"{topic}-{index}: record batch of {len(raw)} bytes exceeds max.message.bytes "
+            f"{meta.config.max_message_bytes}"
+        )
+    batch = decode_batch(raw, max_decompressed=manager.config.max_decompressed_batch_bytes)
+    if meta.config.compact and batch.records.column("key").null_count:
+        raise InvalidRecordsError(
+            f"{topic}-{index}: compacted topic cannot accept a record without a key"
+        )
+    outcome = manager.append(handle, batch)
+    entry: dict[str, Any] = {
+        "index": index,
+        "error_code": ErrorCode.none,
+        "base_offset": outcome.base_offset,
+        "log_append_time": outcome.log_append_time_ms if outcome.log_append_time_ms >= 0 else None,
+        "log_start_offset": handle.log.log_start_offset,
+        "record_errors": [],
+        "error_message": None,
+    }
+    return entry, handle, outcome.base_offset + batch.count
+
+
+async def produce(ctx: RequestContext, header: Any, req: Any) -> dict[str, Any] | None:
+    acks = int(req.acks)
+    topics_out = []
+    waits: list[tuple[dict[str, Any], PartitionHandle, int]] = []
+    for topic_data in req.topic_data:
+        parts_out = []
+        for pdata in topic_data.partition_data:
+            if acks not in (0, 1, -1):
+                parts_out.append(
+                    _partition_error(pdata.index, ErrorCode.invalid_required_acks, None)
+                )
+                continue
+            if req.transactional_id is not None:
+                parts_out.append(
+                    _partition_error(
+                        pdata.index,
+                        ErrorCode.invalid_request,
+                        "transactional producers are not supported",
+                    )
+                )
+                continue
+            try:
+                entry, handle, upto = _append_one(ctx, topic_data.name, pdata.index, pdata.records)
+            except (SparkLogError, BatchError, ValueError) as e:
+                if not isinstance(e, SparkLogError | BatchError):
+                    log.debug("produce to %s-%s refused: %s", topic_data.name, pdata.index, e)
+                parts_out.append(_partition_error(pdata.index, error_code(e), str(e)))
+                continue
+            parts_out.append(entry)
+            if handle is not None:
+                waits.append((entry, handle, upto))
+        topics_out.append({"name": topic_data.name, "partition_responses": parts_out})
+    if acks == 0:
+        # no answer, but the records must still become durable, hence visible to fetches
+        for _entry, h, upto in waits:
+            task = asyncio.get_running_loop().create_task(ctx.manager.wait_durable(h, upto))
+            _BACKGROUND.add(task)
+            task.add_done_callback(_background_done)
+        return None
+    results = await asyncio.gather(
+        *(ctx.manager.wait_durable(h, upto) for _, h, upto in waits), return_exceptions=True
+    )
+    for (entry, _h, _upto), result in zip(waits, results, strict=True):
+        if isinstance(result, BaseException):
+            entry.update(
+                error_code=ErrorCode.kafka_storage_error,
+                base_offset=-1,
+                error_message=f"not durable: {result}",
+            )
+    return {"responses": topics_out, "throttle_time": 0}

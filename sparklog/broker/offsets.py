@@ -1,0 +1,150 @@
+"""Committed consumer-group offsets, stored in sparklog's own log.
+
+Like Kafka, the broker keeps commits in an internal compacted topic, ``__consumer_offsets``
+(``OFFSETS_PARTITIONS`` partitions; a group's commits go to partition
+``crc32(group) % OFFSETS_PARTITIONS``). Each commit is one record per partition committed:
+
+    key   = JSON ["offset", group, topic, partition]
+    value = JSON {"offset": o, "leader_epoch": e, "metadata": m, "commit_ms": t}, or null
+            (a tombstone: the group's offset for that partition was deleted)
+
+A commit is answered only after its records are fsynced (the same group commit as
+produce), so committed offsets survive a broker restart and SIGKILL. On start the broker
+replays the topic into memory; compaction (cleanup.policy=compact) keeps it small. The
+records are ordinary rows, so Spark can read them like any other topic.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+import zlib
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+import pyarrow as pa
+
+from sparklog.broker.batches import DecodedBatch
+from sparklog.broker.partitions import PartitionManager
+from sparklog.errors import UnknownTopicError
+
+log = logging.getLogger(__name__)
+
+OFFSETS_TOPIC = "__consumer_offsets"
+OFFSETS_PARTITIONS = 8
+
+
+@dataclass(frozen=True)
+class Committed:
+    offset: int
+    leader_epoch: int
+    metadata: str | None
+    commit_ms: int
+
+
+@dataclass(frozen=True)
+class CommitEntry:
+    topic: str
+    partition: int
+    offset: int
+    leader_epoch: int = -1
+    metadata: str | None = None
+
+
+def _key(group: str, topic: str, partition: int) -> bytes:
+    return json.dumps(["offset", group, topic, partition]).encode()
+
+
+class OffsetStore:
+    """Committed offsets of every group: in memory, backed by ``__consumer_offsets``."""
+
+    def __init__(self, manager: PartitionManager) -> None:
+        self.manager = manager
+        self.offsets: dict[str, dict[tuple[str, int], Committed]] = {}
+
+    def load(self) -> None:
+        try:
+            meta = self.manager.topic(OFFSETS_TOPIC)
+        except UnknownTopicError:
+            meta = self.manager.create_topic(
+                OFFSETS_TOPIC, OFFSETS_PARTITIONS,
+                {"cleanup.policy": "compact", "segment.bytes": str(64 * 1024 * 1024)},
+            )  # fmt: skip
+        loaded = 0
+        for p in range(meta.partitions):
+            handle = self.manager.partition(OFFSETS_TOPIC, p)
+            plog = handle.log
+            if plog.high_watermark <= plog.log_start_offset:
+                continue
+            for batch in plog.batches(plog.log_start_offset):
+                for key, value in zip(
+                    batch.column("key").to_pylist(), batch.column("value").to_pylist(),
+                    strict=True,
+                ):  # fmt: skip
+                    self._apply(key, value)
+                    loaded += 1
+        log.info("loaded %d offset commit records for %d groups", loaded, len(self.offsets))
+
+    def _apply(self, key: bytes | None, value: bytes | None) -> None:
+        if key is None:
+            return
+        try:
+            kind, group, topic, partition = json.loads(key)
+        except (ValueError, TypeError):
+            return
+        if kind != "offset":
+            return
+        group_offsets = self.offsets.setdefault(group, {})
+        if value is None:
+            group_offsets.pop((topic, int(partition)), None)
+            if not group_offsets:
+                del self.offsets[group]
+            return
+        v = json.loads(value)
+        group_offsets[(topic, int(partition))] = Committed(
+            int(v["offset"]), int(v.get("leader_epoch", -1)), v.get("metadata"),
+            int(v.get("commit_ms", 0)),
+        )  # fmt: skip
+
+    async def _write(self, group: str, records: Sequence[tuple[bytes, bytes | None]]) -> None:
+        partition = zlib.crc32(group.encode()) % OFFSETS_PARTITIONS
+        handle = self.manager.partition(OFFSETS_TOPIC, partition)
+        n = len(records)
+        batch = pa.RecordBatch.from_arrays(
+            [pa.array([k for k, _ in records], pa.binary()),
+             pa.array([v for _, v in records], pa.binary())],
+            names=["key", "value"],
+        )  # fmt: skip
+        decoded = DecodedBatch(batch, -1, -1, -1, n, -1, 0, 0)
+        outcome = self.manager.append(handle, decoded)
+        await self.manager.wait_durable(handle, outcome.base_offset + n)
+        for k, v in records:
+            self._apply(k, v)
+
+    async def commit(self, group: str, entries: Iterable[CommitEntry]) -> None:
+        now = int(time.time() * 1000)
+        records = [
+            (
+                _key(group, e.topic, e.partition),
+                json.dumps(
+                    {
+                        "offset": e.offset,
+                        "leader_epoch": e.leader_epoch,
+                        "metadata": e.metadata,
+                        "commit_ms": now,
+                    }
+                ).encode(),
+            )
+            for e in entries
+        ]
+        if records:
+            await self._write(group, records)
+
+    async def delete_group(self, group: str) -> None:
+        keys = [_key(group, t, p) for (t, p) in self.offsets.get(group, {})]
+        if keys:
+            await self._write(group, [(k, None) for k in keys])
+
+    def committed(self, group: str) -> dict[tuple[str, int], Committed]:
+        return dict(self.offsets.get(group, {}))

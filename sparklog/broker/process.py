@@ -1,0 +1,130 @@
+"""A broker in a child process: for the embedded demo, the tests and the benchmarks.
+
+``BrokerProcess`` runs ``python -m sparklog.cli broker start --data-dir DIR --listen
+127.0.0.1:PORT`` (port 0: the kernel picks one) and reads the port from the "listening on
+HOST:PORT" line the broker logs on stderr; every line it logs is kept in ``lines``. On
+Linux the child asks the kernel to SIGKILL it if its parent dies, so a crashed demo or
+test never leaves a broker behind. ``stop`` is SIGTERM (the broker syncs and closes its
+logs) with SIGKILL after a timeout; ``kill`` is SIGKILL alone.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+LISTENING = re.compile(r"listening on (\S+):(\d+)")
+_PROJECT = Path(__file__).resolve().parents[2]
+_PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent() -> None:  # runs in the child between fork and exec
+    if sys.platform.startswith("linux"):
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+class BrokerProcess:
+    """See the module docstring. ``with BrokerProcess(dir) as b:`` starts and stops it."""
+
+    def __init__(self, data_dir: str, *, port: int = 0, extra: tuple[str, ...] = ()) -> None:
+        self.data_dir = data_dir
+        self.port = port
+        self.extra = extra  # more ``broker start`` arguments, e.g. ("--config", PATH)
+        self.lines: list[str] = []
+        self.proc: subprocess.Popen[str] | None = None
+        self._drain = threading.Thread()
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    @property
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def start(self, timeout: float = 60.0) -> BrokerProcess:
+        """Start (or start again, on the same port and data dir) and wait until it listens."""
+        cmd = [
+            sys.executable, "-m", "sparklog.cli", "broker", "start",
+            "--data-dir", self.data_dir, "--listen", f"127.0.0.1:{self.port}", *self.extra,
+        ]  # fmt: skip
+        path = os.environ.get("PYTHONPATH")
+        env = {**os.environ, "PYTHONPATH": str(_PROJECT) + (os.pathsep + path if path else "")}
+        self.proc = subprocess.Popen(
+            cmd,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+            preexec_fn=die_with_parent,
+        )
+        found = threading.Event()
+        proc = self.proc
+
+        def drain() -> None:
+            assert proc.stderr is not None
+            for line in proc.stderr:
+                self.lines.append(line.rstrip())
+                m = LISTENING.search(line)
+                if m and not found.is_set():
+                    self.port = int(m.group(2))
+                    found.set()
+
+        self._drain = threading.Thread(target=drain, daemon=True)
+        self._drain.start()
+        deadline = time.monotonic() + timeout
+        while not found.wait(0.05):
+            if proc.poll() is not None or time.monotonic() > deadline:
+                self.kill()
+                raise RuntimeError("broker did not start:\n" + "\n".join(self.lines[-40:]))
+        return self
+
+    def restart(self) -> BrokerProcess:
+        return self.start()
+
+    def stop(self, timeout: float = 60.0) -> int:
+        """SIGTERM and wait (SIGKILL after ``timeout``); returns the exit code."""
+        if self.proc is None:
+            return 0
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self._drain.join(5)  # every line the broker logged is in self.lines
+        return self.proc.returncode
+
+    def kill(self) -> None:
+        """SIGKILL: no cleanup at all."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+    def errors(self) -> list[str]:
+        """Lines the broker logged at WARNING or above."""
+        return [ln for ln in self.lines if " WARNING " in ln or " ERROR " in ln]
+
+    def __enter__(self) -> BrokerProcess:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        try:
+            self.stop()
+        finally:
+            self.kill()

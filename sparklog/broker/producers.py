@@ -1,0 +1,262 @@
+"""Idempotent producers: producer ids, epochs and per-partition sequence numbers.
+
+Per partition, ``ProducerStates`` keeps for each producer id its epoch and its last five
+batches ``(first sequence, last sequence, first offset, last offset)``. For a new batch:
+
+- an epoch below the current one is fenced: INVALID_PRODUCER_EPOCH;
+- a batch equal to one of the last five is a retry: it is answered with its original
+  offsets and nothing is written;
+- a batch wholly before the last five (its sequences all below the next expected one) was
+  written long ago: DUPLICATE_SEQUENCE_NUMBER, which a producer takes as "already written"
+  (Kafka's Java producer does; sparklog's Spark sink replays whole micro-batches with the
+  same producer id and sequences after a restart, and relies on it);
+- otherwise its first sequence must follow the last one (``last + 1``, wrapping at 2^31;
+  0 for a new producer or a new epoch): else OUT_OF_ORDER_SEQUENCE_NUMBER, or
+  UNKNOWN_PRODUCER_ID when the partition has no state for the producer at all.
+
+Snapshot (``<partition>/producer-state.json``, replaced atomically)::
+
+    {"format": 1, "offset": N,
+     "producers": {"<pid>": {"epoch": e, "batches": [[fs, ls, fo, lo], ...]}}}
+
+``offset`` is the log end the snapshot covers. A broker writes one when a segment rolls and
+when it closes; on open it loads the snapshot and replays the producer columns of the
+records from ``offset`` on (``ProducerStates.replay``). The snapshot is not a segment, so
+retention never deletes it: producer state survives retention and restarts.
+
+Producer ids come from ``ProducerIdAllocator``: blocks of ids reserved durably in
+``<root>/producer-ids.json`` before any id of the block is handed out.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections import deque
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from sparklog.errors import CorruptMetadataError, SparkLogError
+from sparklog.storage import names
+from sparklog.storage.fs import FileSystem
+
+MAX_BATCHES = 5
+SEQ_MOD = 2**31
+ID_BLOCK = 1000
+
+
+class OutOfOrderSequenceError(SparkLogError):
+    """A produce batch's sequence does not follow the producer's last one."""
+
+
+class DuplicateSequenceError(SparkLogError):
+    """A produce batch lies wholly before the producer's last five: it was written before."""
+
+
+class UnknownProducerError(SparkLogError):
+    """A produce batch continues a producer this partition has no state for."""
+
+
+class InvalidProducerEpochError(SparkLogError):
+    """A produce batch carries an epoch older than the producer's current one (fenced)."""
+
+
+@dataclass(frozen=True)
+class BatchMeta:
+    first_seq: int
+    last_seq: int
+    first_offset: int
+    last_offset: int
+
+
+@dataclass
+class ProducerEntry:
+    epoch: int
+    batches: deque[BatchMeta] = field(default_factory=lambda: deque(maxlen=MAX_BATCHES))
+
+
+class ProducerStates:
+    """Idempotence state of one partition; see the module docstring. Not thread-safe: the
+    caller holds the partition's append lock."""
+
+    def __init__(self) -> None:
+        self.producers: dict[int, ProducerEntry] = {}
+        self.covered_offset = 0
+
+    def check(
+        self, producer_id: int, epoch: int, first_seq: int, count: int, label: str
+    ) -> BatchMeta | None:
+        """None if the batch is new and in order; its original BatchMeta if a retry."""
+        entry = self.producers.get(producer_id)
+        last_seq = (first_seq + count - 1) % SEQ_MOD
+        if entry is None:
+            if first_seq != 0:
+                raise UnknownProducerError(
+                    f"{label}: producer {producer_id} is unknown here and starts at sequence "
+                    f"{first_seq}, not 0"
+                )
+            return None
+        if epoch < entry.epoch:
+            raise InvalidProducerEpochError(
+                f"{label}: producer {producer_id} epoch {epoch} is fenced by epoch {entry.epoch}"
+            )
+        if epoch > entry.epoch:
+            if first_seq != 0:
+                raise OutOfOrderSequenceError(
+                    f"{label}: producer {producer_id} new epoch {epoch} starts at sequence "
+                    f"{first_seq}, not 0"
+                )
+            return None
+        for b in entry.batches:
+            if b.first_seq == first_seq and b.last_seq == last_seq:
+                return b
+            # a batch rebuilt from the log (``replay``) may be several produce batches run
+            # together (sealed segments keep no batch boundaries): a retry of any of them
+            # lies wholly inside it, at the same distance from its start in both numberings
+            into = (first_seq - b.first_seq) % SEQ_MOD
+            if into + count - 1 <= (b.last_seq - b.first_seq) % SEQ_MOD:
+                first = b.first_offset + into
+                return BatchMeta(first_seq, last_seq, first, first + count - 1)
+        expected = (entry.batches[-1].last_seq + 1) % SEQ_MOD if entry.batches else 0
+        behind_first = (expected - first_seq) % SEQ_MOD
+        if 0 < behind_first < SEQ_MOD // 2 and count <= behind_first:
+            raise DuplicateSequenceError(
+                f"{label}: producer {producer_id} epoch {epoch} sequences {first_seq}.."
+                f"{last_seq} were written before (next expected {expected})"
+            )
+        if first_seq != expected:
+            raise OutOfOrderSequenceError(
+                f"{label}: producer {producer_id} epoch {epoch} sent sequence {first_seq}, "
+                f"expected {expected}"
+            )
+        return None
+
+    def update(
+        self, producer_id: int, epoch: int, first_seq: int, count: int, first_offset: int
+    ) -> None:
+        entry = self.producers.get(producer_id)
+        if entry is None or epoch > entry.epoch:
+            entry = ProducerEntry(epoch)
+            self.producers[producer_id] = entry
+        entry.batches.append(
+            BatchMeta(
+                first_seq, (first_seq + count - 1) % SEQ_MOD, first_offset, first_offset + count - 1
+            )
+        )
+        self.covered_offset = max(self.covered_offset, first_offset + count)
+
+    def replay(self, batches: list[pa.RecordBatch]) -> None:
+        """Rebuild state from stored records (offset order): runs of consecutive sequences
+        of one producer and epoch become batches."""
+        for batch in batches:
+            pids = batch.column("producer_id")
+            mask = pc.greater_equal(pids, 0)
+            sub = batch.filter(mask)
+            if sub.num_rows == 0:
+                if batch.num_rows:
+                    last = batch.column("offset")[batch.num_rows - 1].as_py()
+                    self.covered_offset = max(self.covered_offset, last + 1)
+                continue
+            rows = zip(
+                sub.column("offset").to_pylist(),
+                sub.column("producer_id").to_pylist(),
+                sub.column("producer_epoch").to_pylist(),
+                sub.column("sequence").to_pylist(),
+                strict=True,
+            )
+            run: list[int] | None = None  # [pid, epoch, first_seq, last_seq, first_off, last_off]
+            for off, pid, epoch, seq in rows:
+                if (
+                    run is not None
+                    and run[0] == pid
+                    and run[1] == epoch
+                    and seq == (run[3] + 1) % SEQ_MOD
+                    and off == run[5] + 1
+                ):
+                    run[3], run[5] = seq, off
+                    continue
+                if run is not None:
+                    self._add_run(run)
+                run = [pid, epoch, seq, seq, off, off]
+            if run is not None:
+                self._add_run(run)
+            last = batch.column("offset")[batch.num_rows - 1].as_py()
+            self.covered_offset = max(self.covered_offset, last + 1)
+
+    def _add_run(self, run: list[int]) -> None:
+        pid, epoch, first_seq, last_seq, first_off, last_off = run
+        entry = self.producers.get(pid)
+        if entry is None or epoch > entry.epoch:
+            entry = ProducerEntry(epoch)
+            self.producers[pid] = entry
+        elif epoch < entry.epoch:
+            return
+        entry.batches.append(BatchMeta(first_seq, last_seq, first_off, last_off))
+
+    def to_json(self) -> bytes:
+        return json.dumps(
+            {
+                "format": 1,
+                "offset": self.covered_offset,
+                "producers": {
+                    str(pid): {
+                        "epoch": e.epoch,
+                        "batches": [
+                            [b.first_seq, b.last_seq, b.first_offset, b.last_offset]
+                            for b in e.batches
+                        ],
+                    }
+                    for pid, e in self.producers.items()
+                },
+            }
+        ).encode()
+
+    @classmethod
+    def from_json(cls, data: bytes, where: str) -> ProducerStates:
+        states = cls()
+        try:
+            d = json.loads(data)
+            states.covered_offset = int(d["offset"])
+            for pid, e in d["producers"].items():
+                entry = ProducerEntry(int(e["epoch"]))
+                for fs_, ls, fo, lo in e["batches"]:
+                    entry.batches.append(BatchMeta(int(fs_), int(ls), int(fo), int(lo)))
+                states.producers[int(pid)] = entry
+        except (ValueError, KeyError, TypeError) as e:
+            raise CorruptMetadataError(f"{where}: unreadable producer snapshot: {e}") from e
+        return states
+
+
+class ProducerIdAllocator:
+    """Hands out producer ids; blocks of ``ID_BLOCK`` are reserved durably first."""
+
+    def __init__(self, fs: FileSystem, root: str) -> None:
+        self.fs = fs
+        self.root = root
+        self.path = fs.join(root, names.PRODUCER_IDS_FILE)
+        self._lock = threading.Lock()
+        self._next = 0
+        self._limit = 0
+
+    def _reserve(self) -> None:
+        start = 0
+        try:
+            start = int(json.loads(self.fs.read_bytes(self.path))["next_block"])
+        except FileNotFoundError:
+            pass
+        except (ValueError, KeyError, TypeError) as e:
+            raise CorruptMetadataError(f"{self.path}: unreadable: {e}") from e
+        self.fs.write_atomic(self.path, json.dumps({"next_block": start + ID_BLOCK}).encode())
+        self.fs.sync_file(self.path)
+        self.fs.sync_dir(self.root)
+        self._next, self._limit = start, start + ID_BLOCK
+
+    def next_id(self) -> int:
+        with self._lock:
+            if self._next >= self._limit:
+                self._reserve()
+            pid = self._next
+            self._next += 1
+            return pid

@@ -1,0 +1,302 @@
+"""The ``sparklog`` command line.
+
+    sparklog --version
+    sparklog broker start [--data-dir DIR] [--listen HOST:PORT] [--config FILE]
+    sparklog topics create NAME [--partitions N] [--config k=v ...] TARGET
+    sparklog topics list TARGET
+    sparklog topics describe NAME TARGET
+    sparklog topics delete NAME TARGET
+
+    sparklog groups list|describe GROUP|delete GROUP --bootstrap-server HOST:PORT
+    sparklog groups reset-offsets GROUP --topic T (--to-earliest | --to-latest |
+        --to-offset N | --to-datetime ISO) --bootstrap-server HOST:PORT
+
+    sparklog scheduler --data-dir DIR [--spark-args "ARGS"] [--min-interval S]
+        [--max-interval S] [--max-jobs N] [--spark-submit PATH]
+
+TARGET is ``--bootstrap-server HOST:PORT`` or ``--data-dir DIR``. ``groups describe`` shows,
+per partition, the owner, committed offset, log end offset, lag in records and lag in
+seconds (the age of the oldest unconsumed record).
+
+``--bootstrap-server`` goes through a broker (CreateTopics, DeleteTopics, Metadata,
+DescribeConfigs, ListOffsets). The ``--data-dir`` forms work on storage directly (offline
+use); creating or deleting a topic takes the data-dir lock, so they refuse to run beside a
+broker that holds it.
+Errors print one line on stderr and exit with status 2 (bad arguments) or 1 (other).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import sys
+from collections.abc import Iterator, Sequence
+
+import sparklog
+from sparklog.errors import SparkLogError
+from sparklog.storage import Storage
+from sparklog.storage.fs.local import LocalFileSystem
+from sparklog.storage.lock import DataDirLock
+from sparklog.storage.reader import PartitionReader
+
+
+def _parse_configs(pairs: Sequence[str]) -> dict[str, str]:
+    out = {}
+    for pair in pairs:
+        name, sep, value = pair.partition("=")
+        if not sep or not name:
+            raise ValueError(f"--config expects NAME=VALUE, got {pair!r}")
+        out[name.strip()] = value.strip()
+    return out
+
+
+@contextlib.contextmanager
+def _writer_lock(storage: Storage) -> Iterator[None]:
+    if isinstance(storage.fs, LocalFileSystem):
+        with DataDirLock(storage.root):
+            yield
+    else:
+        yield
+
+
+def _describe(storage: Storage, name: str) -> dict[str, object]:
+    meta = storage.topics.get(name)
+    parts = []
+    for p in range(meta.partitions):
+        reader = PartitionReader(storage.fs, storage.root, name, p)
+        try:
+            view = reader.view()
+        except SparkLogError:
+            parts.append(
+                {
+                    "partition": p,
+                    "log_start_offset": 0,
+                    "high_watermark": 0,
+                    "segments": 0,
+                    "bytes": 0,
+                }
+            )
+            continue
+        m = view.manifest
+        parts.append(
+            {
+                "partition": p,
+                "log_start_offset": view.log_start_offset,
+                "high_watermark": view.high_watermark,
+                "segments": len(m.segments),
+                "sealed_segments": sum(1 for s in m.segments if s.sealed),
+                "bytes": sum(s.size_bytes for s in m.segments if not s.active) + view.hwm.position,
+            }
+        )
+    return {
+        "topic": meta.name,
+        "topic_id": meta.topic_id,
+        "partitions": meta.partitions,
+        "configs": meta.config.to_mapping(),
+        "partition_state": parts,
+    }
+
+
+def _topics_remote(args: argparse.Namespace) -> int:
+    from sparklog.broker import client as kc
+
+    with kc.KafkaClient(args.bootstrap_server) as c:
+        if args.action == "create":
+            kc.create_topic(c, args.name, args.partitions, _parse_configs(args.config))
+            print(f"Created topic {args.name} with {args.partitions} partition(s).")
+        elif args.action == "list":
+            for name in kc.list_topics(c):
+                print(name)
+        elif args.action == "describe":
+            print(json.dumps(kc.describe_topic(c, args.name), indent=2))
+        elif args.action == "delete":
+            kc.delete_topic(c, args.name)
+            print(f"Deleted topic {args.name}.")
+    return 0
+
+
+def _topics(args: argparse.Namespace) -> int:
+    if (args.data_dir is None) == (args.bootstrap_server is None):
+        raise ValueError("give exactly one of --bootstrap-server HOST:PORT or --data-dir DIR")
+    if args.bootstrap_server:
+        return _topics_remote(args)
+    storage = Storage(args.data_dir)
+    if args.action == "create":
+        with _writer_lock(storage):
+            meta = storage.topics.create(args.name, args.partitions, _parse_configs(args.config))
+        print(f"Created topic {meta.name} with {meta.partitions} partition(s).")
+    elif args.action == "list":
+        for name in storage.topics.list():
+            print(name)
+    elif args.action == "describe":
+        print(json.dumps(_describe(storage, args.name), indent=2))
+    elif args.action == "delete":
+        with _writer_lock(storage):
+            storage.topics.delete(args.name)
+        print(f"Deleted topic {args.name}.")
+    return 0
+
+
+def _groups(args: argparse.Namespace) -> int:
+    import time
+    from datetime import datetime
+
+    from sparklog.broker import client as kc
+
+    with kc.KafkaClient(args.bootstrap_server) as c:
+        if args.action == "list":
+            for group, state in kc.list_groups(c):
+                print(f"{group}\t{state}")
+        elif args.action == "describe":
+            doc = kc.describe_group(c, args.group, int(time.time() * 1000))
+            if args.json:
+                print(json.dumps(doc, indent=2))
+                return 0
+            print(f"group {doc['group']} ({doc['state']}, {len(doc['members'])} members)")
+            header = ("TOPIC", "PARTITION", "COMMITTED", "LOG-END", "LAG", "LAG-SECONDS", "OWNER")
+            print("\t".join(header))
+            for r in doc["partitions"]:
+                secs = "-" if r["lag_seconds"] is None else f"{r['lag_seconds']:.1f}"
+                committed = "-" if r["committed_offset"] is None else str(r["committed_offset"])
+                print("\t".join([r["topic"], str(r["partition"]), committed,
+                                 str(r["log_end_offset"]), str(r["lag"]), secs,
+                                 r["owner"] or "-"]))  # fmt: skip
+        elif args.action == "delete":
+            kc.delete_group(c, args.group)
+            print(f"Deleted group {args.group}.")
+        elif args.action == "reset-offsets":
+            parts = kc.topic_partitions(c, args.topic)
+            if args.to_earliest or args.to_latest:
+                found = kc.list_offsets(c, args.topic, parts, -2 if args.to_earliest else -1)
+                targets = {p: o for p, (o, _ts) in found.items()}
+            elif args.to_offset is not None:
+                if args.to_offset < 0:
+                    raise ValueError("--to-offset must not be negative")
+                # as Kafka's tool does: within [log start, log end]
+                starts = kc.list_offsets(c, args.topic, parts, -2)
+                ends = kc.list_offsets(c, args.topic, parts, -1)
+                targets = {p: min(max(args.to_offset, starts[p][0]), ends[p][0]) for p in parts}
+            else:
+                when = datetime.fromisoformat(args.to_datetime)
+                if when.tzinfo is None:
+                    raise ValueError("--to-datetime needs a time zone, e.g. 2026-11-21T10:00Z")
+                ms = int(when.timestamp() * 1000)
+                found = kc.list_offsets(c, args.topic, parts, ms)
+                latest = kc.list_offsets(c, args.topic, parts, -1)
+                targets = {p: o if o >= 0 else latest[p][0] for p, (o, _ts) in found.items()}
+            kc.commit_offsets(c, args.group, {(args.topic, p): o for p, o in targets.items()})
+            for p, o in sorted(targets.items()):
+                print(f"{args.group}\t{args.topic}\t{p}\t{o}")
+    return 0
+
+
+def _broker(args: argparse.Namespace) -> int:
+    import logging
+
+    from sparklog.broker.config import BrokerConfig
+    from sparklog.broker.server import run
+
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    config = BrokerConfig.load(
+        args.config, data_dir=args.data_dir, listen=args.listen, node_id=args.node_id
+    )
+    run(config)
+    return 0
+
+
+def _scheduler(args: argparse.Namespace) -> int:
+    from sparklog.compaction import scheduler
+
+    return scheduler.main(
+        args.data_dir,
+        spark_submit=args.spark_submit,
+        spark_args=args.spark_args,
+        min_interval_s=args.min_interval,
+        max_interval_s=args.max_interval,
+        max_jobs=args.max_jobs,
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="sparklog", description=__doc__.split("\n")[0])
+    parser.add_argument("--version", action="version", version=f"sparklog {sparklog.__version__}")
+    sub = parser.add_subparsers(dest="command", required=True)
+    topics = sub.add_parser("topics", help="create, list, describe and delete topics")
+    tsub = topics.add_subparsers(dest="action", required=True)
+    for action in ("create", "list", "describe", "delete"):
+        p = tsub.add_parser(action)
+        if action != "list":
+            p.add_argument("name")
+        if action == "create":
+            p.add_argument("--partitions", type=int, default=1)
+            p.add_argument(
+                "--config",
+                action="append",
+                default=[],
+                metavar="NAME=VALUE",
+                help="a topic config (Kafka name), repeatable",
+            )
+        p.add_argument("--bootstrap-server", help="HOST:PORT of a running broker")
+        p.add_argument("--data-dir", help="the storage root (offline use, no broker)")
+        p.set_defaults(func=_topics)
+    groups = sub.add_parser("groups", help="consumer groups: list, describe (lag), delete, reset")
+    gsub = groups.add_subparsers(dest="action", required=True)
+    for action in ("list", "describe", "delete", "reset-offsets"):
+        g = gsub.add_parser(action)
+        if action != "list":
+            g.add_argument("group")
+        if action == "describe":
+            g.add_argument("--json", action="store_true", help="print JSON")
+        if action == "reset-offsets":
+            g.add_argument("--topic", required=True)
+            to = g.add_mutually_exclusive_group(required=True)
+            to.add_argument("--to-earliest", action="store_true")
+            to.add_argument("--to-latest", action="store_true")
+            to.add_argument("--to-offset", type=int)
+            to.add_argument("--to-datetime", metavar="ISO", help="e.g. 2026-11-21T10:00:00Z")
+        g.add_argument("--bootstrap-server", required=True, help="HOST:PORT of a broker")
+        g.set_defaults(func=_groups)
+    broker = sub.add_parser("broker", help="run a broker")
+    bsub = broker.add_subparsers(dest="action", required=True)
+    start = bsub.add_parser("start", help="run a broker in the foreground")
+    start.add_argument("--data-dir", help="the storage root (default: from --config, or ./data)")
+    start.add_argument("--listen", help="HOST:PORT to listen on (default 127.0.0.1:9092)")
+    start.add_argument("--config", help="a broker TOML file (see conf/broker.toml)")
+    start.add_argument("--node-id", type=int)
+    start.set_defaults(func=_broker)
+    sched = sub.add_parser(
+        "scheduler", help="run retention and compaction jobs on intervals from topic configs"
+    )
+    sched.add_argument("--data-dir", required=True, help="the storage root")
+    sched.add_argument("--spark-submit", help="the spark-submit.sh to run (default: this one)")
+    sched.add_argument(
+        "--spark-args", default="", help='options for spark-submit, e.g. "--master yarn"'
+    )
+    sched.add_argument("--min-interval", type=float, default=15.0, metavar="SECONDS")
+    sched.add_argument("--max-interval", type=float, default=300.0, metavar="SECONDS")
+    sched.add_argument("--max-jobs", type=int, default=2, help="jobs running at once")
+    sched.set_defaults(func=_scheduler)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args))
+    except ValueError as e:
+        print(f"sparklog: error: {e}", file=sys.stderr)
+        return 2
+    except SparkLogError as e:
+        print(f"sparklog: error: {e}", file=sys.stderr)
+        return 1
+    except OSError as e:
+        print(f"sparklog: error: {e}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

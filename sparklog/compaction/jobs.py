@@ -1,0 +1,136 @@
+"""Command lines of the retention and compaction jobs (``jobs/retention.py`` and
+``jobs/compaction.py`` only call ``retention_main`` and ``compaction_main``)::
+
+    ./spark-submit.sh [SPARK OPTIONS] retention  [--topic T ...] [--data-dir DIR]
+    ./spark-submit.sh [SPARK OPTIONS] compaction [--topic T ...] [--data-dir DIR]
+
+Without ``--topic``, retention covers every topic and compaction every topic whose
+``cleanup.policy`` has ``compact``. Both print a line per partition as they go and a last
+summary line. Exit status:
+
+    0  done: every partition compacted, skipped (not worth it), or retention applied
+    1  failed: the message says why; what is visible is the old or the new segment set
+    2  bad arguments or unknown topic
+    3  try again later: another compaction job holds the topic, or an input segment was
+       swapped out by another writer while the job ran (nothing of that partition committed)
+
+Retention starts no SparkSession (it reads no records); compaction does.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from collections.abc import Sequence
+
+from sparklog.errors import CompactionRunningError, UnknownTopicError
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+EXIT_RETRY = 3
+
+
+def _parser(job: str) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=job, description=__doc__.split("\n")[0])
+    parser.add_argument(
+        "--topic",
+        action="append",
+        default=[],
+        metavar="T",
+        help="a topic (repeatable; default: every topic the job applies to)",
+    )
+    parser.add_argument("--data-dir", default="data", help="the storage root (default ./data)")
+    return parser
+
+
+def _say(line: str) -> None:
+    print(line, flush=True)
+
+
+_ERROR_LINE = re.compile(r"^([\w.]*?)(\w+(?:Error|Exception)): (.+)$")
+_TASK = re.compile(r"Task \S+ in stage \S+ failed \d+ times")
+
+
+def describe_error(exc: BaseException) -> str:
+    """One line for a failure, also when it comes from a Spark task, whose message holds
+    a Python traceback and JVM stacks: the innermost Python error if there is one (an error
+    raised by our code in a task), else the cause of the aborted Spark job."""
+    lines = [ln.strip().lstrip(":").strip() for ln in str(exc).splitlines()]
+    lines = [ln for ln in lines if ln and not ln.startswith("at ")]
+    ours = []
+    for ln in lines:
+        m = _ERROR_LINE.match(ln)
+        if (
+            m
+            and not m.group(1).startswith(("org.", "java.", "py4j."))
+            and m.group(2) != ("Py4JJavaError")
+        ):
+            ours.append(f"{m.group(2)}: {m.group(3)}")
+    if ours:
+        return ours[-1][:500]
+    for ln in lines:
+        if "Job aborted due to stage failure" in ln:
+            task = _TASK.search(ln)
+            cause = ln.rsplit("Exception: ", 1)[-1]
+            return f"Spark job aborted ({task.group(0) if task else 'a task failed'}): {cause}"[
+                :500
+            ]
+    return (lines[0] if lines else repr(exc))[:500]
+
+
+def retention_main(argv: Sequence[str] | None = None) -> int:
+    from sparklog.compaction.retention import apply_retention
+
+    args = _parser("retention").parse_args(argv)
+    try:
+        report = apply_retention(args.data_dir, args.topic or None, progress=_say)
+    except (UnknownTopicError, ValueError) as e:
+        print(f"retention: error: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    except Exception as e:
+        print(f"retention: FAILED: {describe_error(e)}", file=sys.stderr)
+        return EXIT_FAILED
+    deleted = sum(o.segments_deleted for o in report.outcomes)
+    _say(
+        f"retention: done in {report.seconds:.1f} s: {len(report.outcomes)} partitions, "
+        f"{deleted} segments deleted"
+    )
+    return EXIT_OK
+
+
+def compaction_main(argv: Sequence[str] | None = None) -> int:
+    args = _parser("compaction").parse_args(argv)
+    from pyspark.sql import SparkSession
+
+    from sparklog.compaction.compactor import compact
+
+    spark = SparkSession.builder.appName("sparklog-compaction").getOrCreate()
+    try:
+        report = compact(spark, args.data_dir, args.topic or None, progress=_say)
+    except (UnknownTopicError, ValueError) as e:
+        print(f"compaction: error: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    except CompactionRunningError as e:
+        print(f"compaction: try again later: {e}", file=sys.stderr)
+        return EXIT_RETRY
+    except Exception as e:
+        print(f"compaction: FAILED: {describe_error(e)}", file=sys.stderr)
+        return EXIT_FAILED
+    finally:
+        spark.stop()
+    done = [o for o in report.outcomes if o.status == "compacted"]
+    _say(
+        f"compaction: done in {report.seconds:.1f} s: {len(report.outcomes)} partitions, "
+        f"{len(done)} compacted, {len(report.conflicts)} conflicts"
+    )
+    if report.conflicts:
+        print(
+            "compaction: try again later: inputs of "
+            + ", ".join(f"{o.topic}-{o.partition}" for o in report.conflicts)
+            + " changed while the job ran",
+            file=sys.stderr,
+        )
+        return EXIT_RETRY
+    return EXIT_OK

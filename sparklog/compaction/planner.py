@@ -1,0 +1,326 @@
+"""Pure planners of retention and compaction: manifests and topic configs in, plans out.
+
+No Spark, no I/O, no clock: callers pass ``now_ms``. Everything here only ever looks at
+*sealed* (``.parquet``) segments; the active segment and rolled segments still awaiting
+their seal (``.arrow``) belong to the broker and are never planned for deletion or rewrite.
+
+Retention (``plan_retention``, Kafka's ``deleteOldSegments``): delete the longest prefix of
+sealed segments in which every segment is (a) wholly below the log start offset (after
+DeleteRecords; any ``cleanup.policy``), or, for ``cleanup.policy`` with ``delete``,
+(b) older than ``retention.ms`` by its largest record timestamp, or (c) needed to bring
+the partition's size (every segment plus the active one) down to ``retention.bytes``.
+
+Compaction (``plan_compaction``, Kafka's cleaner):
+
+- The *section* is the run of sealed segments from the first one not wholly below the log
+  start offset up to (not including) the first *uncleanable* one: the first segment whose
+  largest timestamp is newer than ``now - min.compaction.lag.ms``, or that is not sealed.
+- Segments never rewritten (generation 0, as the broker sealed them) are *dirty*; rewritten
+  ones (generation >= 1) are *clean*. The clean segments always form a prefix of the
+  section, because every compaction rewrites a whole section.
+- Dirty ratio = dirty bytes / section bytes. A partition is cleaned when the ratio reaches
+  ``min.cleanable.dirty.ratio`` (and something is dirty), or when a clean segment holds a
+  tombstone that may now be removed (so tombstones go even when no new data comes).
+- Cleaning keeps, of every record in the section, exactly those whose offset is the
+  largest offset of their key in the section (keys seen only in older segments are kept);
+  records without a key are dropped, as Kafka's cleaner does. Offsets never change.
+- Tombstones (null values) at offsets below ``tombstones_below`` are removed:
+  the manifest's ``cleaned`` marks say when each offset range was first compacted, and a
+  tombstone is removed once ``delete.retention.ms`` has passed since then (Kafka's KIP-534
+  rule, at the granularity of compaction runs). A consumer that reads a key's older value
+  before the first compaction of its tombstone therefore always has ``delete.retention.ms``
+  to reach the tombstone.
+
+Output grouping (``plan_groups``): consecutive section segments are rewritten into one
+output while the estimated output (input bytes times the fraction of records kept) stays
+within ``segment.bytes``; a segment keeping nothing always joins its neighbours' output.
+Each output covers exactly the offsets of its inputs (manifest contiguity) and is named by
+its first input's base offset with a generation no file of that base offset has used, so a
+new file never replaces an old one by name.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from sparklog.storage import names
+from sparklog.storage.config import TopicConfig
+from sparklog.storage.manifest import NO_TIMESTAMP, CleanMark, Manifest, SegmentInfo
+
+#: The longest ``cleaned`` history kept in a manifest; older marks are merged (safely:
+#: merging only ever makes a tombstone wait longer).
+MAX_CLEAN_MARKS = 64
+MAX_GENERATION = 99_999
+
+REASON_LOG_START = "below the log start offset"
+REASON_TIME = "retention.ms"
+REASON_BYTES = "retention.bytes"
+
+
+# ---------------------------------------------------------------------------- retention
+
+
+@dataclass(frozen=True)
+class RetentionPlan:
+    """The sealed segments retention deletes (a prefix of the log), and why."""
+
+    delete: tuple[SegmentInfo, ...]
+    reasons: tuple[str, ...]
+    log_start_offset: int
+
+    @property
+    def bytes(self) -> int:
+        return sum(s.size_bytes for s in self.delete)
+
+    @property
+    def records(self) -> int:
+        return sum(s.records for s in self.delete)
+
+
+def _sealed_prefix(manifest: Manifest) -> list[SegmentInfo]:
+    out = []
+    for seg in manifest.segments:
+        if seg.active or not seg.sealed:
+            break
+        out.append(seg)
+    return out
+
+
+def plan_retention(
+    manifest: Manifest, config: TopicConfig, *, now_ms: int, active_bytes: int = 0
+) -> RetentionPlan:
+    """What retention deletes now (see the module docstring). ``active_bytes`` is the size
+    of the active segment (its high-watermark position), counted towards
+    ``retention.bytes`` as Kafka counts it."""
+    prefix = _sealed_prefix(manifest)
+    reasons: list[str] = []
+    total = sum(s.size_bytes for s in manifest.segments if not s.active) + active_bytes
+    excess = total - config.retention_bytes if config.retention_bytes >= 0 else -1
+    for seg in prefix:
+        assert seg.next_offset is not None  # sealed segments are never open-ended
+        if seg.next_offset <= manifest.log_start_offset:
+            reasons.append(REASON_LOG_START)
+        elif not config.delete:
+            break
+        elif config.retention_ms >= 0 and now_ms - seg.max_timestamp > config.retention_ms:
+            reasons.append(REASON_TIME)
+        elif excess >= 0 and excess - seg.size_bytes >= 0:
+            reasons.append(REASON_BYTES)
+        else:
+            break
+        excess -= seg.size_bytes
+    delete = tuple(prefix[: len(reasons)])
+    start = manifest.log_start_offset
+    if delete:
+        last = delete[-1].next_offset
+        assert last is not None
+        start = max(start, last)
+    return RetentionPlan(delete, tuple(reasons), start)
+
+
+# ---------------------------------------------------------------------------- compaction
+
+
+@dataclass(frozen=True)
+class CompactionPlan:
+    """A partition's cleanable section and whether it is worth cleaning now."""
+
+    section: tuple[SegmentInfo, ...]
+    clean_bytes: int
+    dirty_bytes: int
+    dirty_segments: int
+    tombstones_below: int
+    tombstones_due: bool
+    worth_cleaning: bool
+    reason: str
+
+    @property
+    def dirty_ratio(self) -> float:
+        total = self.clean_bytes + self.dirty_bytes
+        if total == 0:
+            return 1.0 if self.dirty_segments else 0.0
+        return self.dirty_bytes / total
+
+    @property
+    def base_offset(self) -> int:
+        return self.section[0].base_offset if self.section else -1
+
+    @property
+    def end_offset(self) -> int:
+        """The first offset after the section (Kafka's first uncleanable offset)."""
+        if not self.section:
+            return -1
+        end = self.section[-1].next_offset
+        assert end is not None
+        return end
+
+    @property
+    def records(self) -> int:
+        return sum(s.records for s in self.section)
+
+
+def tombstone_horizon(marks: Iterable[CleanMark], *, now_ms: int, delete_retention_ms: int) -> int:
+    """Tombstones at offsets below the returned offset may be removed now (0: none)."""
+    return max(
+        (m.end_offset for m in marks if m.cleaned_ms + delete_retention_ms <= now_ms), default=0
+    )
+
+
+def cleanable_section(manifest: Manifest, config: TopicConfig, *, now_ms: int) -> list[SegmentInfo]:
+    section: list[SegmentInfo] = []
+    newest_cleanable = now_ms - config.min_compaction_lag_ms
+    for seg in _sealed_prefix(manifest):
+        assert seg.next_offset is not None
+        if seg.next_offset <= manifest.log_start_offset and not section:
+            continue  # retention's to delete; rewriting it would only waste work
+        if seg.max_timestamp != NO_TIMESTAMP and seg.max_timestamp > newest_cleanable:
+            break
+        section.append(seg)
+    return section
+
+
+def plan_compaction(manifest: Manifest, config: TopicConfig, *, now_ms: int) -> CompactionPlan:
+    """The partition's cleanable section and the decision (see the module docstring)."""
+    if not config.compact:
+        return CompactionPlan((), 0, 0, 0, 0, False, False, "cleanup.policy has no compact")
+    section = cleanable_section(manifest, config, now_ms=now_ms)
+    dirty = [s for s in section if s.generation == 0]
+    clean = [s for s in section if s.generation > 0]
+    below = tombstone_horizon(
+        manifest.cleaned, now_ms=now_ms, delete_retention_ms=config.delete_retention_ms
+    )
+    due = any(s.first_tombstone is not None and s.first_tombstone < below for s in clean)
+    plan = CompactionPlan(
+        tuple(section),
+        sum(s.size_bytes for s in clean),
+        sum(s.size_bytes for s in dirty),
+        len(dirty),
+        below,
+        due,
+        False,
+        "",
+    )
+    if not section:
+        reason, worth = "no sealed segment is older than min.compaction.lag.ms", False
+    elif dirty and plan.dirty_ratio >= config.min_cleanable_dirty_ratio:
+        reason, worth = (
+            f"dirty ratio {plan.dirty_ratio:.2f} >= min.cleanable.dirty.ratio "
+            f"{config.min_cleanable_dirty_ratio:g}",
+            True,
+        )
+    elif due:
+        reason, worth = "tombstones past delete.retention.ms", True
+    elif not dirty:
+        reason, worth = "nothing dirty", False
+    else:
+        reason, worth = (
+            f"dirty ratio {plan.dirty_ratio:.2f} < min.cleanable.dirty.ratio "
+            f"{config.min_cleanable_dirty_ratio:g}",
+            False,
+        )
+    return CompactionPlan(
+        plan.section,
+        plan.clean_bytes,
+        plan.dirty_bytes,
+        plan.dirty_segments,
+        below,
+        due,
+        worth,
+        reason,
+    )
+
+
+@dataclass(frozen=True)
+class OutputGroup:
+    """Consecutive section segments rewritten into one new sealed segment ``name``."""
+
+    inputs: tuple[SegmentInfo, ...]
+    name: str
+    estimated_bytes: int
+
+    @property
+    def base_offset(self) -> int:
+        return self.inputs[0].base_offset
+
+    @property
+    def next_offset(self) -> int:
+        end = self.inputs[-1].next_offset
+        assert end is not None
+        return end
+
+    @property
+    def records_in(self) -> int:
+        return sum(s.records for s in self.inputs)
+
+
+def next_generation(base_offset: int, inputs: Iterable[SegmentInfo], on_disk: Iterable[str]) -> int:
+    """A generation that no file of ``base_offset`` has used: one above every input's and
+    every file's on disk (orphans included), so a new file never replaces an old one and
+    never reuses a name garbage collection may be deleting."""
+    used = [s.generation for s in inputs if s.base_offset == base_offset]
+    for name in on_disk:
+        parsed = names.parse_segment_name(name)
+        if parsed is not None and parsed.base_offset == base_offset:
+            used.append(parsed.generation)
+    generation = max(used, default=0) + 1
+    if generation > MAX_GENERATION:
+        raise ValueError(f"segment base offset {base_offset}: generations exhausted")
+    return generation
+
+
+def plan_groups(
+    section: Iterable[SegmentInfo],
+    kept: Mapping[str, int],
+    *,
+    segment_bytes: int,
+    on_disk: Iterable[str] = (),
+) -> tuple[OutputGroup, ...]:
+    """Group ``section`` into outputs (see the module docstring); ``kept`` maps a segment
+    name to the number of its records that survive (absent: none)."""
+    on_disk = list(on_disk)
+    runs: list[tuple[list[SegmentInfo], int]] = []
+    for seg in section:
+        keep = kept.get(seg.name, 0)
+        est = seg.size_bytes * keep // seg.records if seg.records else 0
+        if runs and (runs[-1][1] == 0 or est == 0 or runs[-1][1] + est <= segment_bytes):
+            runs[-1][0].append(seg)
+            runs[-1] = (runs[-1][0], runs[-1][1] + est)
+        else:
+            runs.append(([seg], est))
+    groups = []
+    for inputs, est in runs:
+        base = inputs[0].base_offset
+        gen = next_generation(base, inputs, on_disk)
+        groups.append(OutputGroup(tuple(inputs), names.segment_name(base, generation=gen), est))
+    return tuple(groups)
+
+
+def updated_marks(
+    marks: Iterable[CleanMark],
+    *,
+    end_offset: int,
+    now_ms: int,
+    delete_retention_ms: int,
+    first_offset: int,
+    limit: int = MAX_CLEAN_MARKS,
+) -> tuple[CleanMark, ...]:
+    """The ``cleaned`` marks after a compaction at ``now_ms`` of a section ending at
+    ``end_offset``, in a log whose first segment starts at ``first_offset``.
+
+    Marks already past ``delete.retention.ms`` were swept by this compaction (its tombstone
+    horizon covered them) and merge into one; marks wholly below the log are dropped; past
+    ``limit``, the two neighbours closest in time merge into the later one (a tombstone
+    then waits a little longer, never less).
+    """
+    out = [m for m in marks if m.end_offset > first_offset]
+    if not out or end_offset > out[-1].end_offset:
+        # never earlier than the last mark: another machine's clock may run ahead of ours
+        out.append(CleanMark(end_offset, max(now_ms, out[-1].cleaned_ms if out else now_ms)))
+    expired = [m for m in out if m.cleaned_ms + delete_retention_ms <= now_ms]
+    if len(expired) > 1:
+        out = [expired[-1], *out[len(expired) :]]
+    while len(out) > limit:
+        i = min(range(len(out) - 1), key=lambda j: out[j + 1].cleaned_ms - out[j].cleaned_ms)
+        out[i : i + 2] = [out[i + 1]]
+    return tuple(out)

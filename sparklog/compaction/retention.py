@@ -1,0 +1,135 @@
+"""Retention: delete whole sealed segments past ``retention.ms`` / ``retention.bytes`` (or
+wholly below the log start offset) and advance the log start offset.
+
+Retention reads no record and rewrites nothing: it is one manifest commit per partition, so
+it runs on the driver alone (the retention job starts no SparkSession). Per partition:
+
+1. read the active segment's size (the high-watermark checkpoint), for ``retention.bytes``;
+2. commit the next manifest version without the segments ``planner.plan_retention`` picks,
+   planned on the latest version inside the commit's transform, so a lost race (the broker
+   rolled or sealed meanwhile, a compaction swapped segments) simply re-plans: retention
+   never conflicts.                               [retention.after_commit: after each
+   partition's commit; partitions done so far have their new log start, the others the old]
+
+The job never deletes a file: the broker notices the new version (it watches manifests)
+and deletes the dropped segments after ``file.delete.delay.ms``; without a broker, the
+next ``PartitionLog.open`` does.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from sparklog.compaction import planner
+from sparklog.compaction.planner import RetentionPlan
+from sparklog.errors import CorruptMetadataError
+from sparklog.storage import Storage, checkpoints, crashpoints, names
+from sparklog.storage.manifest import Manifest, ManifestStore
+from sparklog.storage.topics import TopicMeta
+
+Progress = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class RetentionOutcome:
+    """What retention did to one partition."""
+
+    topic: str
+    partition: int
+    segments_deleted: int
+    bytes_deleted: int
+    records_deleted: int
+    log_start_before: int
+    log_start_after: int
+    reasons: tuple[str, ...] = ()
+    note: str = ""
+
+    def line(self) -> str:
+        label = f"retention {self.topic}-{self.partition}"
+        if self.note:
+            return f"{label}: {self.note}"
+        if not self.segments_deleted:
+            return f"{label}: nothing to delete (log start {self.log_start_after})"
+        why = ", ".join(dict.fromkeys(self.reasons))
+        return (
+            f"{label}: deleted {self.segments_deleted} segments ({self.records_deleted:,} "
+            f"records, {self.bytes_deleted / 1e6:,.1f} MB; {why}), "
+            f"log start {self.log_start_before} -> {self.log_start_after}"
+        )
+
+
+@dataclass(frozen=True)
+class RetentionReport:
+    outcomes: tuple[RetentionOutcome, ...]
+    seconds: float
+
+
+def _active_bytes(storage: Storage, path: str, manifest: Manifest) -> int:
+    try:
+        hwm = checkpoints.read_high_watermark(storage.fs, path)
+    except CorruptMetadataError:  # a writer died mid-write; the next run sees it again
+        return 0
+    if hwm is None or hwm.segment != manifest.active.base_offset:
+        return 0
+    return hwm.position
+
+
+def apply_partition(
+    storage: Storage, meta: TopicMeta, partition: int, *, now_ms: int
+) -> RetentionOutcome:
+    """Retention for one partition (see the module docstring)."""
+    path = names.partition_dir(storage.root, meta.name, partition)
+    store = ManifestStore(storage.fs, path, writer=f"retention:{os.uname().nodename}:{os.getpid()}")
+    before = store.latest()
+    if before is None:
+        return RetentionOutcome(meta.name, partition, 0, 0, 0, 0, 0, note="no log on disk yet")
+    active_bytes = _active_bytes(storage, path, before)
+    plans: list[RetentionPlan] = []
+
+    def transform(m: Manifest) -> Manifest | None:
+        plan = planner.plan_retention(m, meta.config, now_ms=now_ms, active_bytes=active_bytes)
+        plans.append(plan)
+        if not plan.delete:
+            return None
+        return m.replace([s.name for s in plan.delete], [])
+
+    after = store.commit(transform)
+    plan = plans[-1]
+    if plan.delete:
+        crashpoints.hit("retention.after_commit")
+    return RetentionOutcome(
+        meta.name,
+        partition,
+        len(plan.delete),
+        plan.bytes,
+        plan.records,
+        before.log_start_offset,
+        after.log_start_offset,
+        plan.reasons,
+    )
+
+
+def apply_retention(
+    root: str,
+    topics: Sequence[str] | None = None,
+    *,
+    now_ms: int | None = None,
+    progress: Progress | None = None,
+) -> RetentionReport:
+    """Retention for ``topics`` (default: every topic) under the storage root ``root``."""
+    say = progress or (lambda _msg: None)
+    t0 = time.monotonic()
+    now = int(time.time() * 1000) if now_ms is None else now_ms
+    storage = Storage(root)
+    wanted = list(dict.fromkeys(topics)) if topics else storage.topics.list()
+    metas = [storage.topics.get(t) for t in wanted]
+    outcomes = []
+    for meta in metas:
+        for p in range(meta.partitions):
+            outcome = apply_partition(storage, meta, p, now_ms=now)
+            say(outcome.line())
+            outcomes.append(outcome)
+    return RetentionReport(tuple(outcomes), time.monotonic() - t0)

@@ -1,0 +1,457 @@
+"""``df.write`` / ``df.writeStream`` ``.format("sparklog")``: the Kafka sink's columns,
+produced through the broker.
+
+Columns as Spark's Kafka sink: ``value`` (string or binary, required), ``key`` (string or
+binary), ``topic`` (string; the ``topic`` option overrides it), ``partition`` (int) and
+``headers`` (array<struct<key string, value binary>>); other columns are ignored. Options:
+``kafka.bootstrap.servers`` (required), ``topic``, ``kafka.batch.size`` (bytes of a record
+batch, default and maximum 768 KiB; keep it unchanged when restarting a query); other
+``kafka.*`` producer settings are accepted and ignored. A record
+goes to its ``partition`` if given, else to murmur2(key) like Kafka's default partitioner,
+else (null key) round robin from the task's partition id — deterministic, so that a replayed
+micro-batch puts every record where it went the first time.
+
+Delivery guarantee
+------------------
+Streaming with ``checkpointLocation`` given as an option: **exactly once per (query, batch
+id)**. Each Spark partition ``i`` of a query writes as one idempotent producer whose id,
+epoch and next sequence per topic partition are kept in the query's checkpoint (the *sink
+state*, below). Batch ``N`` of task ``i``:
+
+1. reads its newest state file; if it is for batch ``N`` or later, the batch was written
+   before (Spark replays the last batch after a restart when its commit was not recorded):
+   nothing is sent;
+2. otherwise sends its records with the state's producer id and sequences, batches cut by
+   a deterministic rule (``sparklog.datasource.producer``), acks=all;
+3. writes state ``N`` (create-if-absent), with the sequences advanced.
+
+A task killed in step 2 leaves a prefix of its batches written; its retry (or the replay
+after a restart) sends the same batches with the same sequences, and the broker answers the
+written ones as duplicates (their original offsets, or DUPLICATE_SEQUENCE_NUMBER for older
+ones) without appending them. This needs a deterministic source — the same records in the
+same order when Spark replays a batch — as Spark's own exactly-once file sink does;
+``format("sparklog")`` and Kafka-like sources are. Records become visible to consumers as
+they are written, before Spark commits the batch (there are no transactions).
+
+Batch writes (``df.write``), and streams without a ``checkpointLocation`` option (for
+example when only ``spark.sql.streaming.checkpointLocation`` is set): **at least once** —
+each task attempt is a fresh idempotent producer, so a retried task may write its records
+again, as Spark's Kafka sink does.
+
+Sink state, per task: ``<checkpointLocation>/sparklog-sink/<task partition id>/``
+holding ``identity.json`` — the task's producer id and epoch, created (create-if-absent)
+before its first record is sent, so a replay of the very first batch uses them too::
+
+    {"format": 1, "producer_id": 1003, "producer_epoch": 0}
+
+and ``<batch id, 20 digits>.json`` after each batch, each created once, never changed::
+
+    {"format": 1, "batch": 7, "producer_id": 1003, "producer_epoch": 0,
+     "next_sequence": {"orders": {"0": 5120, "3": 77}}}
+
+The two newest batch files per task are kept; older ones are deleted.
+
+Crash points (``sparklog.storage.crashpoints``; each has a test that kills the query there
+and restarts it): ``sink.after_first_send`` (a task has written some of its batches, no
+state saved) and ``sink.after_state`` (a task saved its state; Spark has not committed the
+batch).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark.sql.datasource import (
+    DataSourceArrowWriter,
+    DataSourceStreamArrowWriter,
+    WriterCommitMessage,
+)
+from pyspark.sql.types import (
+    ArrayType,
+    BinaryType,
+    IntegerType,
+    StringType,
+    StructType,
+)
+
+from sparklog.datasource.options import OptionError
+from sparklog.datasource.producer import (
+    MAX_BATCH_BYTES,
+    PartitionStream,
+    SinkProducer,
+    SinkWriteError,
+    murmur2_partition,
+)
+from sparklog.errors import CorruptMetadataError
+from sparklog.storage import crashpoints, names
+from sparklog.storage.fs import FileSystem, filesystem_for
+
+log = logging.getLogger(__name__)
+
+STATE_DIR = "sparklog-sink"
+IDENTITY_FILE = "identity.json"
+CRASH_POINTS = ("sink.after_first_send", "sink.after_state")
+KEEP_STATES = 2
+_BIN = pa.binary()
+_HEADERS = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
+_KNOWN = {"topic", "kafka.bootstrap.servers", "checkpointlocation", "queryname"}
+
+
+@dataclass(frozen=True)
+class WriteOptions:
+    """What a write task needs: plain data, pickled to executors."""
+
+    bootstrap: str
+    topic: str | None
+    state_dir: str | None
+    batch_bytes: int = MAX_BATCH_BYTES
+
+
+def _type_name(t: Any) -> str:
+    return str(t.simpleString()) if hasattr(t, "simpleString") else str(t)
+
+
+def check_schema(schema: StructType, topic_option: str | None) -> None:
+    """The Kafka sink's column rules, checked on the driver before any task runs."""
+    fields = {f.name.lower(): f.dataType for f in schema.fields}
+    if "value" not in fields:
+        raise OptionError("the sparklog sink needs a 'value' column (string or binary)")
+    for name in ("key", "value"):
+        if name in fields and not isinstance(fields[name], StringType | BinaryType):
+            raise OptionError(
+                f"column {name!r} must be string or binary, not {_type_name(fields[name])}"
+            )
+    if "topic" in fields and not isinstance(fields["topic"], StringType):
+        raise OptionError(f"column 'topic' must be string, not {_type_name(fields['topic'])}")
+    if "topic" not in fields and topic_option is None:
+        raise OptionError("the sparklog sink needs the option topic or a 'topic' column")
+    if "partition" in fields and not isinstance(fields["partition"], IntegerType):
+        raise OptionError(f"column 'partition' must be int, not {_type_name(fields['partition'])}")
+    if "headers" in fields:
+        h = fields["headers"]
+        ok = (
+            isinstance(h, ArrayType)
+            and isinstance(h.elementType, StructType)
+            and [f.name for f in h.elementType.fields] == ["key", "value"]
+            and isinstance(h.elementType.fields[0].dataType, StringType)
+            and isinstance(h.elementType.fields[1].dataType, BinaryType)
+        )
+        if not ok:
+            raise OptionError(
+                "column 'headers' must be array<struct<key: string, value: binary>>, not "
+                + _type_name(h)
+            )
+
+
+def write_options(options: Mapping[str, str], schema: StructType) -> WriteOptions:
+    opts = {k.lower(): str(v) for k, v in options.items()}
+    unknown = sorted(k for k in opts if k not in _KNOWN and not k.startswith("kafka."))
+    if unknown:
+        hint = (
+            " (the sink writes through the broker: give kafka.bootstrap.servers, not a path)"
+            if "path" in unknown
+            else ""
+        )
+        raise OptionError(f"unknown option(s) {unknown} for the sparklog sink{hint}")
+    bootstrap = opts.get("kafka.bootstrap.servers", "").strip()
+    if not bootstrap:
+        raise OptionError(
+            "the sparklog sink needs the option kafka.bootstrap.servers (writes go through "
+            "the broker, which assigns offsets)"
+        )
+    topic = opts.get("topic")
+    if topic is not None:
+        names.validate_topic_name(topic)
+    check_schema(schema, topic)
+    try:
+        batch_bytes = int(opts.get("kafka.batch.size", MAX_BATCH_BYTES))
+    except ValueError:
+        raise OptionError("option kafka.batch.size must be an integer (bytes)") from None
+    if not 1 <= batch_bytes <= MAX_BATCH_BYTES:
+        raise OptionError(f"option kafka.batch.size must be in [1, {MAX_BATCH_BYTES}]")
+    state_dir = None
+    ck = opts.get("checkpointlocation")
+    if ck and "://" in ck and not ck.startswith("file://"):
+        state_dir = ck.rstrip("/") + "/" + STATE_DIR
+    elif ck:
+        fs, path = filesystem_for(ck)  # makes a relative path absolute, here on the driver
+        state_dir = fs.join(path, STATE_DIR)
+    return WriteOptions(bootstrap, topic, state_dir, batch_bytes)
+
+
+# ---------------------------------------------------------------------------- sink state
+
+
+@dataclass(frozen=True)
+class SinkState:
+    """One task's producer identity after a batch (format in the module docstring)."""
+
+    batch: int
+    producer_id: int
+    producer_epoch: int
+    next_sequence: dict[str, dict[int, int]] = field(default_factory=dict)
+
+    def to_json(self) -> bytes:
+        seqs = {t: {str(p): s for p, s in ps.items()} for t, ps in self.next_sequence.items()}
+        return json.dumps(
+            {
+                "format": 1,
+                "batch": self.batch,
+                "producer_id": self.producer_id,
+                "producer_epoch": self.producer_epoch,
+                "next_sequence": seqs,
+            }
+        ).encode()
+
+    @classmethod
+    def from_json(cls, data: bytes, where: str) -> SinkState:
+        try:
+            d = json.loads(data)
+            if d.get("format") != 1:
+                raise ValueError(f"unknown format {d.get('format')}")
+            return cls(
+                int(d["batch"]),
+                int(d["producer_id"]),
+                int(d["producer_epoch"]),
+                {
+                    t: {int(p): int(s) for p, s in ps.items()}
+                    for t, ps in d["next_sequence"].items()
+                },
+            )
+        except (ValueError, KeyError, TypeError, AttributeError) as e:
+            raise CorruptMetadataError(f"{where}: unreadable sink state: {e}") from e
+
+
+def _state_name(batch: int) -> str:
+    return f"{batch:020d}.json"
+
+
+def _parse_state_name(name: str) -> int | None:
+    stem, dot, ext = name.partition(".")
+    return int(stem) if dot and ext == "json" and len(stem) == 20 and stem.isdigit() else None
+
+
+class StateStore:
+    """The sink state files of one task (``<state_dir>/<task>/``)."""
+
+    def __init__(self, state_dir: str, task: int) -> None:
+        self.fs: FileSystem
+        self.fs, base = filesystem_for(state_dir)
+        self.dir = self.fs.join(base, str(task))
+
+    def _batches(self) -> list[int]:
+        if not self.fs.exists(self.dir):
+            return []
+        found = (_parse_state_name(n) for n in self.fs.listdir(self.dir))
+        return sorted(b for b in found if b is not None)
+
+    def latest(self) -> SinkState | None:
+        batches = self._batches()
+        if not batches:
+            return None
+        path = self.fs.join(self.dir, _state_name(batches[-1]))
+        return SinkState.from_json(self.fs.read_bytes(path), path)
+
+    def identity(self, allocate: Callable[[], tuple[int, int]]) -> tuple[int, int]:
+        """The task's producer id and epoch: the recorded ones, else ``allocate()``'s,
+        recorded before anything is sent with them."""
+        path = self.fs.join(self.dir, IDENTITY_FILE)
+        if not self.fs.exists(path):
+            pid, epoch = allocate()
+            self.fs.makedirs(self.dir)
+            doc = {"format": 1, "producer_id": pid, "producer_epoch": epoch}
+            # False: a concurrent attempt of this task recorded its own first; use that
+            self.fs.create_exclusive(path, json.dumps(doc).encode())
+        try:
+            d = json.loads(self.fs.read_bytes(path))
+            return int(d["producer_id"]), int(d["producer_epoch"])
+        except (ValueError, KeyError, TypeError) as e:
+            raise CorruptMetadataError(f"{path}: unreadable sink identity: {e}") from e
+
+    def save(self, state: SinkState) -> None:
+        self.fs.makedirs(self.dir)
+        # False: a concurrent attempt of this task (speculation) wrote the same batch first
+        self.fs.create_exclusive(self.fs.join(self.dir, _state_name(state.batch)), state.to_json())
+        for old in self._batches()[:-KEEP_STATES]:
+            self.fs.delete(self.fs.join(self.dir, _state_name(old)))
+
+
+# ---------------------------------------------------------------------------- the task
+
+
+@dataclass
+class SinkCommit(WriterCommitMessage):
+    """What one task wrote: records per ``topic-partition``; ``replayed`` if the batch had
+    been written before and nothing was sent."""
+
+    records: dict[str, int]
+    replayed: bool = False
+
+
+def _column(batch: pa.RecordBatch, name: str) -> pa.Array | None:
+    idx = batch.schema.get_field_index(name)
+    return None if idx < 0 else batch.column(idx)
+
+
+def normalise(batch: pa.RecordBatch, topic: str | None) -> pa.Table:
+    """A sink batch as columns ``topic, partition, key, value, headers`` of fixed types."""
+    n = batch.num_rows
+    key = _column(batch, "key")
+    value = _column(batch, "value")
+    assert value is not None  # checked with the schema
+    headers = _column(batch, "headers")
+    part = _column(batch, "partition")
+    if topic is not None:
+        topics: pa.Array = pa.array([topic] * n, pa.string())
+    else:
+        col = _column(batch, "topic")
+        assert col is not None
+        topics = col.cast(pa.string())
+        if topics.null_count:
+            raise SinkWriteError("a record has a null topic and the option topic is not set")
+    return pa.table(
+        {
+            "topic": topics,
+            "partition": pa.nulls(n, pa.int32()) if part is None else part.cast(pa.int32()),
+            "key": pa.nulls(n, _BIN) if key is None else key.cast(_BIN),
+            "value": value.cast(_BIN),
+            "headers": pa.nulls(n, _HEADERS) if headers is None else headers.cast(_HEADERS),
+        }
+    )
+
+
+def assign_partitions(table: pa.Table, partitions: int, round_robin_start: int) -> pa.Array:
+    """Target partition per row: explicit, else murmur2(key), else round robin."""
+    keys = table.column("key").combine_chunks()
+    n = len(keys)
+    encoded = pc.dictionary_encode(keys)
+    by_key = [murmur2_partition(k, partitions) for k in encoded.dictionary.to_pylist()]
+    parts = pc.take(pa.array(by_key, pa.int32()), encoded.indices)
+    nulls = keys.null_count
+    if nulls:
+        rr = pa.array(
+            [(round_robin_start + i) % partitions for i in range(nulls)], pa.int32()
+        )  # fmt: skip
+        parts = pc.replace_with_mask(parts, pc.is_null(keys), rr)
+    explicit = table.column("partition").combine_chunks()
+    if explicit.null_count < n:
+        lo, hi = pc.min_max(explicit).values()
+        if lo.as_py() < 0 or hi.as_py() >= partitions:
+            bad = lo.as_py() if lo.as_py() < 0 else hi.as_py()
+            raise SinkWriteError(f"partition {bad} does not exist ({partitions} partitions)")
+        parts = pc.if_else(pc.is_valid(explicit), explicit, parts)
+    return parts
+
+
+def write_task(
+    opts: WriteOptions, batches: Iterator[pa.RecordBatch], *, task: int, batch_id: int | None
+) -> SinkCommit:
+    """Write one task's rows (runs in executors); see the module docstring."""
+    store = StateStore(opts.state_dir, task) if opts.state_dir and batch_id is not None else None
+    state = store.latest() if store else None
+    if state is not None and batch_id is not None and state.batch >= batch_id:
+        for _ in batches:  # written before this replay: drain the input, send nothing
+            pass
+        return SinkCommit({}, replayed=True)
+    with SinkProducer(opts.bootstrap) as producer:
+        if store is not None:
+            pid, epoch = store.identity(producer.init_producer_id)
+        else:
+            pid, epoch = producer.init_producer_id()
+        seqs = {t: dict(ps) for t, ps in (state.next_sequence if state else {}).items()}
+        counts: dict[str, int] = {}
+        rr: dict[str, int] = {}
+        streams: dict[tuple[str, int], PartitionStream] = {}
+        for batch in batches:
+            if not batch.num_rows:
+                continue
+            table = normalise(batch, opts.topic)
+            topic_col = table.column("topic")
+            for topic in pc.unique(topic_col).to_pylist():
+                sub = table if opts.topic else table.filter(pc.equal(topic_col, topic))
+                if topic not in counts:
+                    names.validate_topic_name(topic)
+                    counts.update(producer.partition_counts([topic]))
+                    rr[topic] = task
+                parts = assign_partitions(sub, counts[topic], rr[topic])
+                rr[topic] += sub.column("key").null_count
+                for p in pc.unique(parts).to_pylist():
+                    stream = streams.get((topic, p))
+                    if stream is None:
+                        first = seqs.get(topic, {}).get(p, 0)
+                        stream = streams[(topic, p)] = PartitionStream(
+                            topic, p, first, pid, epoch, batch_bytes=opts.batch_bytes
+                        )
+                    rows = sub.filter(pc.equal(parts, p))
+                    stream.add(rows.select(["key", "value", "headers"]))
+            if producer.send({k: s.take_batches(final=False) for k, s in streams.items()}, pid):
+                crashpoints.hit("sink.after_first_send")
+        if producer.send({k: s.take_batches(final=True) for k, s in streams.items()}, pid):
+            crashpoints.hit("sink.after_first_send")
+    for (topic, p), s in streams.items():
+        seqs.setdefault(topic, {})[p] = s.next_sequence
+    if store is not None and batch_id is not None:
+        store.save(SinkState(batch_id, pid, epoch, seqs))
+        crashpoints.hit("sink.after_state")
+    return SinkCommit({f"{t}-{p}": s.records for (t, p), s in sorted(streams.items())})
+
+
+def _task_context() -> tuple[int, int | None]:
+    from pyspark import TaskContext
+
+    ctx = TaskContext.get()
+    if ctx is None:
+        return os.getpid(), None
+    raw = ctx.getLocalProperty("streaming.sql.batchId")
+    return ctx.partitionId(), int(raw) if raw is not None else None
+
+
+def _summary(messages: list[WriterCommitMessage | None]) -> tuple[int, bool]:
+    total, replayed = 0, False
+    for m in messages:
+        if isinstance(m, SinkCommit):
+            total += sum(m.records.values())
+            replayed = replayed or m.replayed
+    return total, replayed
+
+
+class SparkLogWriter(DataSourceArrowWriter):
+    """``df.write.format("sparklog")``: at least once (see the module docstring)."""
+
+    def __init__(self, options: WriteOptions) -> None:
+        self.options = options
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> SinkCommit:
+        task, _ = _task_context()
+        return write_task(self.options, iterator, task=task, batch_id=None)
+
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        total, _ = _summary(messages)
+        log.info("sparklog sink: wrote %d records", total)
+
+
+class SparkLogStreamWriter(DataSourceStreamArrowWriter):
+    """``df.writeStream.format("sparklog")``: exactly once per batch with a checkpoint."""
+
+    def __init__(self, options: WriteOptions) -> None:
+        self.options = options
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> SinkCommit:
+        task, batch_id = _task_context()
+        return write_task(self.options, iterator, task=task, batch_id=batch_id)
+
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        total, replayed = _summary(messages)
+        log.info("sparklog sink: batch %d wrote %d records%s", batchId, total,
+                 " (replayed: parts were written before)" if replayed else "")  # fmt: skip
+
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        # nothing to undo: what was written stays, and a replay of the batch skips it
+        log.warning("sparklog sink: batch %d aborted", batchId)

@@ -1,0 +1,342 @@
+"""The embedded demo (``make demo``): the whole product on one machine, end to end.
+
+1. Start a broker process on loopback with a fresh data directory.
+2. Create two topics: ``orders`` (a compacted changelog: the latest state of each order)
+   and ``clicks`` (a plain event stream with size-based retention).
+3. Produce a realistic stream with a real Kafka client (confluent-kafka): keyed order
+   events with updates and deletes (tombstones), and click events.
+4. Run a Spark streaming query over ``orders`` (``readStream.format("sparklog")``) as the
+   consumer group ``demo-dashboard``, in micro-batches, and watch the group's lag - what
+   ``sparklog groups describe`` and any Kafka tool show - go to zero.
+5. Run the compaction job over ``orders`` and the retention job over ``clicks`` while the
+   broker keeps serving; check that the latest value of every order is unchanged.
+6. Export ``orders`` to Delta (one row per order: upsert) and ``clicks`` to Parquet, and
+   read both back.
+7. Stop the broker (SIGTERM: it syncs and closes its logs) and print a report.
+
+Every step checks its result against a model of what was produced; a mismatch fails the
+demo with a message naming it.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import shutil
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from sparklog.broker import client as kc
+from sparklog.broker.process import BrokerProcess
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+ORDERS, CLICKS, GROUP = "orders", "clicks", "demo-dashboard"
+STATUSES = ("created", "paid", "packed", "shipped", "delivered")
+Say = Callable[[str], None]
+
+
+class DemoCheckError(RuntimeError):
+    """A step of the demo did not produce what the model says it must."""
+
+
+@dataclass
+class Model:
+    """What the producer sent: the latest value per order key (None: deleted)."""
+
+    latest: dict[bytes, bytes | None] = field(default_factory=dict)
+    orders_sent: int = 0
+    tombstones: int = 0
+    clicks_sent: int = 0
+
+    @property
+    def live(self) -> dict[bytes, bytes]:
+        return {k: v for k, v in self.latest.items() if v is not None}
+
+
+@dataclass
+class DemoReport:
+    lines: list[str] = field(default_factory=list)
+    timings: dict[str, float] = field(default_factory=dict)
+
+    def add(self, line: str) -> None:
+        self.lines.append(line)
+
+
+def _check(ok: bool, what: str) -> None:
+    if not ok:
+        raise DemoCheckError(what)
+
+
+def produce(bootstrap: str, model: Model, *, events: int, keys: int, seed: int = 42) -> float:
+    """Order events (creates, status updates, deletes) and clicks; returns seconds."""
+    from confluent_kafka import Producer
+
+    rng = random.Random(seed)
+    p = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "acks": "all",
+            "enable.idempotence": True,
+            "linger.ms": 5,
+            "partitioner": "murmur2_random",  # place keys as Java clients and Spark do
+        }
+    )
+    errors: list[str] = []
+
+    def delivered(err: Any, _msg: Any) -> None:
+        if err is not None:
+            errors.append(str(err))
+
+    t0 = time.perf_counter()
+    status: dict[bytes, int] = {}
+    for i in range(events):
+        key = b"order-%06d" % rng.randrange(keys)
+        if key in status and rng.random() < 0.08:
+            value: bytes | None = None  # the order is cancelled: a tombstone
+            del status[key]
+            model.tombstones += 1
+        else:
+            step = min(status.get(key, -1) + 1, len(STATUSES) - 1)
+            status[key] = step
+            value = json.dumps(
+                {
+                    "order": key.decode(),
+                    "status": STATUSES[step],
+                    "amount": rng.randrange(100, 99_999) / 100,
+                    "seq": i,
+                }
+            ).encode()
+        model.latest[key] = value
+        p.produce(ORDERS, key=key, value=value, on_delivery=delivered)
+        if i % 2 == 0:
+            click = json.dumps({"page": f"/p/{rng.randrange(500)}", "seq": i}).encode()
+            p.produce(CLICKS, key=b"user-%d" % rng.randrange(5000), value=click,
+                      on_delivery=delivered)  # fmt: skip
+            model.clicks_sent += 1
+        if i % 10_000 == 0:
+            p.poll(0)
+        model.orders_sent += 1
+    remaining = p.flush(120)
+    _check(remaining == 0 and not errors, f"producer: {remaining} undelivered, errors {errors[:3]}")
+    return time.perf_counter() - t0
+
+
+def _lag(bootstrap: str) -> tuple[int, float | None]:
+    """The group's total lag in records and its worst lag in seconds (0 if caught up)."""
+    with kc.KafkaClient(bootstrap) as c:
+        try:
+            rows = kc.describe_group(c, GROUP, int(time.time() * 1000))["partitions"]
+        except kc.KafkaRequestError:  # no commits yet: the whole topic is unread
+            ends = kc.list_offsets(c, ORDERS, kc.topic_partitions(c, ORDERS), -1)
+            return sum(o for o, _ in ends.values()), None
+    seconds = [r["lag_seconds"] for r in rows if r["lag_seconds"] is not None]
+    return sum(r["lag"] for r in rows), max(seconds, default=None)
+
+
+def stream_orders(spark: SparkSession, data_dir: str, bootstrap: str, checkpoint: str,
+                  per_batch: int, say: Say) -> tuple[int, list[int]]:  # fmt: skip
+    """The dashboard query: micro-batches of ``orders`` as group ``demo-dashboard``; returns
+    the rows it saw and the group's lag after each batch."""
+    lags: list[int] = []
+    seen = [0]
+
+    def on_batch(df: Any, batch_id: int) -> None:
+        counts = {r["status"] or "deleted": r["count"] for r in
+                  df.selectExpr("get_json_object(cast(value AS string), '$.status') AS status")
+                  .groupBy("status").count().collect()}  # fmt: skip
+        seen[0] += sum(counts.values())
+        lag, _ = _lag(bootstrap)  # the commit of the previous batch is visible now
+        lags.append(lag)
+        say(f"  micro-batch {batch_id}: {sum(counts.values()):,} events "
+            f"({', '.join(f'{k}={v}' for k, v in sorted(counts.items(), key=str))}); "
+            f"group lag before this batch's commit: {lag:,} records")  # fmt: skip
+
+    q = (
+        spark.readStream.format("sparklog")
+        .option("subscribe", ORDERS)
+        .option("startingOffsets", "earliest")
+        .option("maxOffsetsPerTrigger", str(per_batch))
+        .option("group", GROUP)
+        .option("kafka.bootstrap.servers", bootstrap)
+        .load(data_dir)
+        .writeStream.foreachBatch(on_batch)
+        .option("checkpointLocation", checkpoint)
+        .trigger(availableNow=True)
+        .start()
+    )
+    q.awaitTermination()
+    if q.exception() is not None:
+        raise DemoCheckError(f"the streaming query failed: {q.exception()}")
+    return seen[0], lags
+
+
+def latest_per_key(spark: SparkSession, data_dir: str) -> dict[bytes, bytes | None]:
+    """The last value of every key in the ``orders`` log, read by Spark from offset 0."""
+    from pyspark.sql import functions as F
+
+    df = spark.read.format("sparklog").option("subscribe", ORDERS).load(data_dir)
+    last = df.groupBy("key").agg(F.max_by("value", "offset").alias("value")).collect()
+    return {bytes(r["key"]): None if r["value"] is None else bytes(r["value"]) for r in last}
+
+
+def run(
+    spark: SparkSession,
+    data_dir: str,
+    *,
+    events: int = 300_000,
+    keys: int = 20_000,
+    say: Say = print,
+) -> DemoReport:
+    import sparklog.spark
+    from sparklog.compaction.compactor import compact
+    from sparklog.compaction.retention import apply_retention
+    from sparklog.storage import Storage
+
+    sparklog.spark.register(spark)
+    shutil.rmtree(data_dir, ignore_errors=True)  # the demo's own directory: start afresh
+    report = DemoReport()
+    model = Model()
+    broker = BrokerProcess(f"{data_dir}/broker")
+    t_start = time.perf_counter()
+    with broker:
+        say(f"broker: listening on {broker.bootstrap} (data in {broker.data_dir})")
+        with kc.KafkaClient(broker.bootstrap) as c:
+            kc.create_topic(c, ORDERS, 4, {
+                "cleanup.policy": "compact", "segment.bytes": str(512 * 1024),
+                "min.cleanable.dirty.ratio": "0.1", "delete.retention.ms": "0",
+                "file.delete.delay.ms": "1000",
+            })  # fmt: skip
+            kc.create_topic(c, CLICKS, 2, {
+                "cleanup.policy": "delete", "segment.bytes": str(64 * 1024),
+                "retention.bytes": str(16 * 1024), "file.delete.delay.ms": "1000",
+            })  # fmt: skip
+        say(f"topics: {ORDERS} (4 partitions, compacted), {CLICKS} (2 partitions, "
+            "retention.bytes 16 KiB)")  # fmt: skip
+
+        seconds = produce(broker.bootstrap, model, events=events, keys=keys)
+        report.timings["produce"] = seconds
+        report.add(f"produced   {model.orders_sent:,} order events ({model.tombstones:,} "
+                   f"deletes) for {len(model.latest):,} orders and {model.clicks_sent:,} "
+                   f"clicks with confluent-kafka in {seconds:.1f} s")  # fmt: skip
+        say(report.lines[-1])
+
+        lag_before, _ = _lag(broker.bootstrap)
+        say(f"group {GROUP}: lag {lag_before:,} records before the query starts")
+        t0 = time.perf_counter()
+        seen, lags = stream_orders(spark, broker.data_dir, broker.bootstrap,
+                                   f"{data_dir}/checkpoints/dashboard",
+                                   max(events // 4, 1), say)  # fmt: skip
+        lag_after, lag_after_s = _lag(broker.bootstrap)
+        report.timings["stream"] = time.perf_counter() - t0
+        _check(
+            seen == model.orders_sent,
+            f"the query saw {seen:,} events, {model.orders_sent:,} were produced",
+        )
+        _check(lag_after == 0, f"group {GROUP} still lags {lag_after} records")
+        report.add(f"streamed   {seen:,} events in {len(lags)} micro-batches; group lag "
+                   f"{lag_before:,} -> {' -> '.join(f'{x:,}' for x in lags[1:])}"
+                   f"{' -> ' if len(lags) > 1 else ''}{lag_after} records "
+                   f"({lag_after_s or 0:.0f} s) in {report.timings['stream']:.1f} s")  # fmt: skip
+        say(report.lines[-1])
+
+        storage = Storage(broker.data_dir)
+        before = latest_per_key(spark, broker.data_dir)
+        _check(before == model.latest, "the orders log disagrees with what was produced")
+        t0 = time.perf_counter()
+        compacted = compact(spark, broker.data_dir, [ORDERS], progress=lambda m: say("  " + m))
+        report.timings["compaction"] = time.perf_counter() - t0
+        after = latest_per_key(spark, broker.data_dir)
+        _check(
+            {k: v for k, v in after.items() if v is not None} == model.live,
+            "after compaction the latest value of some order changed",
+        )
+        done = [o for o in compacted.outcomes if o.status == "compacted"]
+        _check(bool(done), "compaction cleaned no partition: " +
+               "; ".join(o.line() for o in compacted.outcomes))  # fmt: skip
+        # tombstones stay delete.retention.ms (0 here) after the first compaction that
+        # covered them, so the next run removes them (Kafka's KIP-534 rule)
+        again = compact(spark, broker.data_dir, [ORDERS], progress=lambda m: say("  " + m))
+        done += [o for o in again.outcomes if o.status == "compacted"]
+        report.timings["compaction"] = time.perf_counter() - t0
+        after = latest_per_key(spark, broker.data_dir)
+        _check(
+            {k: v for k, v in after.items() if v is not None} == model.live,
+            "after the second compaction the latest value of some order changed",
+        )
+        report.add(f"compacted  {ORDERS}: {sum(o.records_before for o in done):,} -> "
+                   f"{sum(o.records_after for o in done):,} records in the cleaned "
+                   f"segments in {len(done)} partition runs "
+                   f"({sum(o.tombstones_removed for o in done):,} tombstones dropped), "
+                   f"offsets kept, latest value of all {len(model.live):,} live orders "
+                   f"unchanged ({report.timings['compaction']:.1f} s)")  # fmt: skip
+        say(report.lines[-1])
+
+        t0 = time.perf_counter()
+        retained = apply_retention(broker.data_dir, [CLICKS], progress=lambda m: say("  " + m))
+        report.timings["retention"] = time.perf_counter() - t0
+        deleted = sum(o.records_deleted for o in retained.outcomes)
+        starts = {o.partition: o.log_start_after for o in retained.outcomes}
+        _check(deleted > 0, "retention deleted nothing from clicks")
+        report.add(f"retention  {CLICKS}: {sum(o.segments_deleted for o in retained.outcomes)} "
+                   f"segments ({deleted:,} records) past retention.bytes deleted; log start "
+                   f"now {starts}")  # fmt: skip
+        say(report.lines[-1])
+
+        export_lines = export_and_read_back(spark, broker.data_dir, data_dir, model, storage, say)
+        for line in export_lines:
+            report.add(line)
+            say(line)
+        code = broker.stop()
+        _check(code == 0, f"the broker exited with {code}")
+        _check(not broker.errors(), f"the broker logged errors: {broker.errors()[:3]}")
+    _check(not broker.alive, "the broker is still running")
+    report.timings["total"] = time.perf_counter() - t_start
+    report.add(f"shutdown   broker stopped cleanly (exit 0); total {report.timings['total']:.0f} s")
+    return report
+
+
+def export_and_read_back(spark: SparkSession, root: str, data_dir: str, model: Model,
+                         storage: Any, say: Say) -> list[str]:  # fmt: skip
+    """Export orders (Delta, one row per order, values decoded from JSON) and clicks
+    (Parquet); read both back and check them against the model and the log."""
+    from deltalake import DeltaTable
+
+    from sparklog.export.job import export
+    from sparklog.export.options import parse
+
+    lines = []
+    delta_out = f"{data_dir}/exports/orders_delta"
+    t0 = time.perf_counter()
+    result = export(spark, parse([
+        "--topic", ORDERS, "--format", "delta", "--out", delta_out, "--data-dir", root,
+        "--upsert", "--decode", "json",
+        "--schema", "order STRING, status STRING, amount DOUBLE, seq LONG",
+    ]), progress=lambda m: say("  " + m))  # fmt: skip
+    table = DeltaTable(delta_out).to_pyarrow_table()
+    got = dict(zip(table.column("order").to_pylist(), table.column("status").to_pylist(),
+                   strict=True))  # fmt: skip
+    want = {k.decode(): json.loads(v)["status"] for k, v in model.live.items()}
+    _check(got == want, f"the Delta table holds {len(got):,} orders, expected {len(want):,} "
+           "with their latest status")  # fmt: skip
+    lines.append(f"exported   {ORDERS} -> Delta (upsert, JSON decoded): {table.num_rows:,} rows"
+                 f", one per live order, version {DeltaTable(delta_out).version()}, read back "
+                 f"with deltalake ({time.perf_counter() - t0:.1f} s)")  # fmt: skip
+    parquet_out = f"{data_dir}/exports/clicks_parquet"
+    t0 = time.perf_counter()
+    result = export(spark, parse([
+        "--topic", CLICKS, "--format", "parquet", "--out", parquet_out, "--data-dir", root,
+    ]), progress=lambda m: say("  " + m))  # fmt: skip
+    back = spark.read.parquet(parquet_out)
+    n = back.count()
+    in_log = sum(
+        v.high_watermark - v.log_start_offset
+        for v in (storage.reader(CLICKS, p).view() for p in range(2))
+    )
+    _check(n == in_log == result.rows, f"{n:,} clicks read back, the log holds {in_log:,}")
+    lines.append(f"exported   {CLICKS} -> Parquet: {n:,} rows (what retention kept), read back "
+                 f"with spark.read.parquet ({time.perf_counter() - t0:.1f} s)")  # fmt: skip
+    return lines

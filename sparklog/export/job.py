@@ -1,0 +1,163 @@
+"""The export job: ``./spark-submit.sh export ...`` (``jobs/export.py`` only calls ``main``).
+
+Prints a line per partition as it is planned (offsets, and how many lie in sealed
+segments read by Spark's Parquet reader), a line per micro-batch of an incremental run,
+and a summary. Exit status: 0 done; 1 failed (one line says why); 2 bad arguments.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from sparklog.errors import OffsetOutOfRangeError, SparkLogError, UnknownTopicError
+from sparklog.export import sinks, source
+from sparklog.export.options import ExportOptions, ExportUsageError, parse
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+
+
+@dataclass(frozen=True)
+class ExportResult:
+    rows: int | None
+    offsets: int
+    batches: int
+    seconds: float
+    version: int | None = None
+
+
+def say(line: str) -> None:
+    print(line, flush=True)
+
+
+def export(spark: SparkSession, opts: ExportOptions, progress: sinks.Say = say) -> ExportResult:
+    """Run one export (see ``sparklog.export.sinks`` for what each format guarantees)."""
+    scratch: list[str] = []
+    try:
+        return _export(spark, opts, progress, scratch)
+    finally:
+        for path in scratch:
+            shutil.rmtree(path, ignore_errors=True)
+
+
+def _export(
+    spark: SparkSession, opts: ExportOptions, progress: sinks.Say, scratch: list[str]
+) -> ExportResult:
+    t0 = time.monotonic()
+    if opts.incremental:
+        return _incremental(spark, opts, progress, t0, scratch)
+    ranges = source.plan(opts)
+    for r in ranges:
+        if r.count > 0:
+            sealed = r.sealed_end - r.start if opts.reader == "native" else 0
+            progress(f"export {r.topic}-{r.partition}: offsets {r.start}..{r.end - 1} "
+                     f"({r.count:,} offsets; {sealed:,} from {len(r.files)} sealed segments "
+                     f"through Spark's Parquet reader)")  # fmt: skip
+        else:
+            progress(f"export {r.topic}-{r.partition}: nothing in range")
+    df = source.read(spark, opts, ranges)
+    written = sinks.write_once(spark, df, opts, lambda d: source.decode(spark, d, opts, scratch))
+    offsets = sum(max(r.count, 0) for r in ranges)
+    return ExportResult(written.rows, offsets, 1, time.monotonic() - t0, written.version)
+
+
+def _incremental(
+    spark: SparkSession, opts: ExportOptions, progress: sinks.Say, t0: float, scratch: list[str]
+) -> ExportResult:
+    import sparklog.spark
+
+    sparklog.spark.register(spark)
+    assert opts.checkpoint is not None
+    reader = spark.readStream.format("sparklog")
+    for k, v in opts.source_options().items():
+        reader = reader.option(k, v)
+    stream = reader.load(opts.data_dir)
+    if opts.format == "delta":
+        fn = sinks.foreach_batch_delta(
+            spark, opts, lambda d: source.decode(spark, d, opts, scratch), progress
+        )
+        writer = stream.writeStream.foreachBatch(fn)
+    else:
+        writer = (
+            source.decode(spark, stream, opts)
+            .writeStream.format(sinks.file_format(opts.format))
+            .option("path", opts.out)
+        )
+    q = writer.option("checkpointLocation", opts.checkpoint).trigger(availableNow=True).start()
+    seen, rows, offsets = 0, 0, 0
+    while True:
+        finished = q.awaitTermination(1)
+        for p in q.recentProgress[seen:]:
+            seen += 1
+            n = int(p["numInputRows"])
+            if not n:
+                continue
+            rows += n
+            src = p["sources"][0]
+            start, end = _offsets(src.get("startOffset")), _offsets(src.get("endOffset"))
+            offsets += sum(e - start[k] for k, e in end.items() if k in start)
+            span = ", ".join(
+                f"{opts.topic}-{k} {start[k]}..{e - 1}" if k in start else
+                f"{opts.topic}-{k} up to {e - 1}"
+                for k, e in sorted(end.items()) if k not in start or e > start[k]
+            )  # fmt: skip
+            progress(f"export: micro-batch {p['batchId']}: {n:,} records ({span})")
+        if finished:
+            break
+    if q.exception() is not None:
+        raise q.exception()  # type: ignore[misc]
+    return ExportResult(rows, max(offsets, rows), seen, time.monotonic() - t0)
+
+
+def _offsets(raw: Any) -> dict[int, int]:
+    """One topic's partition -> offset from a progress report's offsets JSON."""
+    doc = json.loads(raw) if isinstance(raw, str) else raw
+    if not doc:
+        return {}
+    return {int(p): int(o) for parts in doc.values() for p, o in parts.items()}
+
+
+def _describe(exc: BaseException) -> str:
+    from sparklog.compaction.jobs import describe_error
+
+    return describe_error(exc)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        opts = parse(argv)
+    except ExportUsageError as e:
+        print(f"export: error: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    except SystemExit as e:  # argparse: --help (0), or a malformed argument (2, printed)
+        return int(e.code or 0)
+    from pyspark.sql import SparkSession
+
+    spark = SparkSession.builder.appName(f"sparklog-export-{opts.topic}").getOrCreate()
+    try:
+        result = export(spark, opts)
+    except (ExportUsageError, UnknownTopicError) as e:
+        print(f"export: error: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    except (SparkLogError, ValueError) as e:
+        kind = "data loss" if isinstance(e, OffsetOutOfRangeError) else type(e).__name__
+        print(f"export: FAILED ({kind}): {e}", file=sys.stderr)
+        return EXIT_FAILED
+    except Exception as e:
+        print(f"export: FAILED: {_describe(e)}", file=sys.stderr)
+        return EXIT_FAILED
+    finally:
+        spark.stop()
+    rows = f"{result.rows:,} rows" if result.rows is not None else f"{result.offsets:,} offsets"
+    version = f", table version {result.version}" if result.version is not None else ""
+    say(f"export: done in {result.seconds:.1f} s: {rows} of {opts.topic} to {opts.format} "
+        f"at {opts.out}{version}")  # fmt: skip
+    return EXIT_OK

@@ -1,0 +1,191 @@
+"""What an export reads: per-partition offset ranges, as a DataFrame in the Kafka columns.
+
+``plan`` resolves the topic's partitions and offset ranges with the DataSource's own
+option rules (``startingOffsets``, ``startingTimestamp``, ``endingOffsets``; offsets removed
+by retention fail the export, naming them). Each range is split where the sealed segments
+end: the sealed part is plain Parquet and is read by Spark's own vectorised Parquet reader
+(``spark.read.parquet`` over the segment files the manifest names, filtered to the range);
+the rest (rolled and active ``.arrow`` segments) goes through ``format("sparklog")``. The
+files a plan names stay on disk for ``file.delete.delay.ms`` after a compaction or
+retention swaps them out, so an export shorter than that reads a consistent version.
+
+``decode`` turns the binary value into typed columns with Spark's ``from_json`` /
+``from_avro``.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from sparklog.datasource.batch import SparkLogBatchReader
+from sparklog.datasource.options import batch_options
+from sparklog.export.options import ExportOptions, ExportUsageError
+from sparklog.storage import Storage
+from sparklog.storage.reader import PartitionReader
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+KAFKA_COLUMNS = ["key", "value", "topic", "partition", "offset", "timestamp", "timestampType"]
+#: the column ``--upsert`` adds before decoding: whether the record is a tombstone
+DELETED = "__sparklog_deleted"
+
+
+@dataclass(frozen=True)
+class PartitionRange:
+    """Offsets ``[start, end)`` of one partition; ``[start, sealed_end)`` lies in the
+    sealed segment files ``files``, the rest in ``.arrow`` segments."""
+
+    topic: str
+    partition: int
+    start: int
+    end: int
+    sealed_end: int
+    files: tuple[str, ...]
+
+    @property
+    def count(self) -> int:
+        return self.end - self.start
+
+
+def plan(opts: ExportOptions) -> list[PartitionRange]:
+    """Every partition's range to export (see the module docstring)."""
+    storage = Storage(opts.data_dir)
+    whole = {"path": opts.data_dir, "maxRecordsPerPartition": str(2**62)}
+    reader = SparkLogBatchReader(batch_options({**whole, **opts.source_options()}))
+    spans: dict[int, tuple[int, int]] = {}
+    for r in reader.partitions():
+        lo, hi = spans.get(r.partition, (r.start, r.end))
+        spans[r.partition] = (min(lo, r.start), max(hi, r.end))
+    out = []
+    for p in range(storage.topics.get(opts.topic).partitions):
+        start, end = spans.get(p, (0, 0))
+        view = PartitionReader(storage.fs, storage.root, opts.topic, p).view()
+        files: list[str] = []
+        sealed_end = start
+        for info in view.manifest.segments:
+            if info.next_offset is not None and info.next_offset <= start:
+                continue  # wholly before the range
+            if not info.sealed or sealed_end >= end:
+                break  # the sealed prefix of the range ends here
+            assert info.next_offset is not None
+            files.append(storage.fs.join(view.path, info.name))
+            sealed_end = min(info.next_offset, end)
+        out.append(PartitionRange(opts.topic, p, start, end, max(sealed_end, start),
+                                  tuple(files)))  # fmt: skip
+    return out
+
+
+def _native(spark: SparkSession, r: PartitionRange, headers: bool) -> DataFrame:
+    from pyspark.sql import functions as F
+
+    cols = [
+        F.col("key"),
+        F.col("value"),
+        F.lit(r.topic).alias("topic"),
+        F.lit(r.partition).cast("int").alias("partition"),
+        F.col("offset"),
+        F.col("timestamp"),
+        F.col("timestamp_type").cast("int").alias("timestampType"),
+    ]
+    if headers:
+        cols.append(F.col("headers"))
+    return (
+        spark.read.parquet(*r.files)
+        .where((F.col("offset") >= r.start) & (F.col("offset") < r.sealed_end))
+        .select(*cols)
+    )
+
+
+def read(spark: SparkSession, opts: ExportOptions, ranges: list[PartitionRange]) -> DataFrame:
+    """The planned ranges as one DataFrame in the Kafka source's columns."""
+    import sparklog.spark
+
+    sparklog.spark.register(spark)
+    headers = False
+    parts: list[DataFrame] = []
+    tail: dict[int, tuple[int, int]] = {}
+    for r in ranges:
+        if r.count <= 0:
+            continue
+        if opts.reader == "native" and r.files:
+            parts.append(_native(spark, r, headers))
+            if r.sealed_end < r.end:
+                tail[r.partition] = (r.sealed_end, r.end)
+        else:
+            tail[r.partition] = (r.start, r.end)
+    if tail or not parts:
+        if not tail:  # nothing at all to export: an empty frame of the right shape
+            first = ranges[0] if ranges else PartitionRange(opts.topic, 0, 0, 0, 0, ())
+            tail = {first.partition: (first.start, first.start)}
+        parts.append(
+            spark.read.format("sparklog")
+            .option("assign", json.dumps({opts.topic: sorted(tail)}))
+            .option(
+                "startingOffsets",
+                json.dumps({opts.topic: {str(p): s for p, (s, _) in tail.items()}}),
+            )
+            .option(
+                "endingOffsets", json.dumps({opts.topic: {str(p): e for p, (_, e) in tail.items()}})
+            )
+            .option("failOnDataLoss", "true")
+            .load(opts.data_dir)
+            .select(*KAFKA_COLUMNS)
+        )
+    return functools.reduce(lambda a, b: a.unionByName(b), parts)
+
+
+def decode(
+    spark: SparkSession, df: DataFrame, opts: ExportOptions, scratch: list[str] | None = None
+) -> DataFrame:
+    """With ``--decode``: the value's fields as columns, beside the Kafka columns (the raw
+    value is dropped; a tombstone decodes to nulls). Avro without spark-avro goes through
+    container files (``sparklog.export.avro``), whose scratch directories are appended to
+    ``scratch`` for the caller to remove after writing."""
+    if opts.decode is None:
+        return df
+    from pyspark.errors import PySparkException
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import StructType
+
+    from sparklog.export import avro
+
+    assert opts.schema is not None
+    flagged = DELETED in df.columns
+    try:
+        if opts.decode == "json":
+            parsed = F.from_json(F.col("value").cast("string"), opts.schema)
+        elif avro.has_from_avro(spark):
+            from pyspark.sql.avro.functions import from_avro
+
+            parsed = from_avro(F.col("value"), opts.schema, {"mode": "FAILFAST"})
+        else:
+            if df.isStreaming:
+                raise ExportUsageError(
+                    "--decode avro on an incremental export to files needs Spark's from_avro "
+                    "(spark-avro on the classpath); use --format delta, or a one-off export"
+                )
+            df = avro.decode_via_files(spark, df, opts.schema, opts.data_dir,
+                                       scratch if scratch is not None else [])  # fmt: skip
+            if flagged:  # a tombstone decodes to a null value
+                df = df.withColumn(DELETED, F.col("value").isNull())
+            parsed = F.col("value")
+        vtype = df.limit(0).select(parsed.alias("v")).schema["v"].dataType  # analysed here
+    except (PySparkException, ValueError) as e:
+        if isinstance(e, ExportUsageError):
+            raise
+        first = str(e).strip().splitlines()[0][:300]
+        raise ExportUsageError(f"--schema is not a valid {opts.decode} schema: {first}") from None
+    keep = [c for c in df.columns if c != "value"]
+    if not isinstance(vtype, StructType):
+        return df.select(*keep, parsed.alias("value"))
+    fields = [f.name for f in vtype.fields]
+    clash = sorted(set(fields) & set(keep))
+    if clash:
+        raise ExportUsageError(
+            f"--schema: the decoded fields {clash} clash with the Kafka columns of the export"
+        )
+    return df.select(*keep, parsed.alias("_value")).select(*keep, "_value.*")

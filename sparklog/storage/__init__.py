@@ -1,0 +1,35 @@
+"""The on-disk format: segments, indexes, checkpoints, manifests, recovery.
+
+``ls`` is the map: ``fs/`` (the filesystem seam), ``names`` (every file name), ``records``
+(the row schema), ``active`` (the appendable Arrow segment), ``sealed`` (Parquet segments),
+``index`` (sparse offset and time indexes), ``checkpoints``, ``manifest`` (the versioned
+segment set and its commit protocol), ``log`` (the single writer), ``reader`` (reads from
+any process), ``gc``, ``topics``, ``lock``, ``crashpoints``, ``store`` (a storage root).
+Never networking, never Spark.
+"""
+
+from sparklog.storage.config import TopicConfig
+from sparklog.storage.fs import FileSystem, filesystem_for
+from sparklog.storage.log import AppendResult, PartitionLog
+from sparklog.storage.manifest import Manifest, SegmentInfo
+from sparklog.storage.reader import LogView, PartitionReader
+from sparklog.storage.records import RECORD_SCHEMA, make_records
+from sparklog.storage.store import Storage
+from sparklog.storage.topics import TopicMeta, TopicStore
+
+__all__ = [
+    "RECORD_SCHEMA",
+    "AppendResult",
+    "FileSystem",
+    "LogView",
+    "Manifest",
+    "PartitionLog",
+    "PartitionReader",
+    "SegmentInfo",
+    "Storage",
+    "TopicConfig",
+    "TopicMeta",
+    "TopicStore",
+    "filesystem_for",
+    "make_records",
+]

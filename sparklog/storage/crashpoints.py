@@ -1,0 +1,38 @@
+"""Named crash points for the crash tests of multi-file changes.
+
+Each multi-file change (sealing, segment swaps, rolls, and the retention and compaction
+jobs' commits) calls ``hit(name)`` between its steps. When the environment variable
+``SPARKLOG_CRASH_AT`` equals ``name`` the process dies on the spot with
+``os._exit(CRASH_EXIT_CODE)``, as a SIGKILL would leave it: no cleanup, no flush of Python
+buffers. The tests run a child process per point and check that the log then opens with the
+old or the new state: tests/storage/test_crash_points.py for the storage points,
+tests/compaction/test_crash_points.py for the jobs' points (``compaction.*``,
+``retention.*``, listed in ``sparklog.compaction``'s modules where they are hit).
+The variable is read once, at import; unset, ``hit`` is one comparison.
+"""
+
+from __future__ import annotations
+
+import os
+
+CRASH_EXIT_CODE = 77
+_TARGET = os.environ.get("SPARKLOG_CRASH_AT") or None
+
+#: Every crash point, so tests can check they cover them all.
+POINTS = (
+    "roll.after_new_file",
+    "roll.after_commit",
+    "seal.after_write",
+    "seal.after_commit",
+    "replace.after_write",
+    "replace.after_commit",
+    "retention.after_commit",
+    "compaction.after_segment_write",
+    "compaction.after_write",
+    "compaction.after_commit",
+)
+
+
+def hit(name: str) -> None:
+    if _TARGET is not None and name == _TARGET:
+        os._exit(CRASH_EXIT_CODE)

@@ -1,0 +1,162 @@
+"""Every file and directory name storage uses, built here and parsed back here.
+
+Layout under a storage root::
+
+    <root>/.lock                                   data-dir lock (embedded mode)
+    <root>/producer-ids.json                       producer-id blocks reserved (broker)
+    <root>/topics/<topic>/meta/<version>.json      topic metadata, versioned
+    <root>/topics/<topic>/.compaction.lock         held by a running compaction job
+    <root>/topics/<topic>/<partition>/
+        manifest/<version>.json                    the live segment set, versioned
+        00000000000000000000.parquet               sealed segment, generation 0
+        00000000000000001000.00002.parquet         sealed segment rewritten by compaction
+        00000000000000002000.arrow                 active (appendable) segment
+        <segment file>.index / .timeindex          sparse offset / time index
+        high-watermark.checkpoint, recovery-point.checkpoint, leader-epoch.json
+        producer-state.json                        idempotent-producer snapshot (broker)
+
+No other module formats or parses these strings (``segment_name(42)`` and
+``parse_segment_name`` are a pair, as are the others).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Literal
+
+from sparklog.errors import InvalidTopicError
+
+MAX_TOPIC_NAME_LENGTH = 249
+_TOPIC_RE = re.compile(r"^[a-zA-Z0-9._-]+$")
+
+SegmentKind = Literal["arrow", "parquet"]
+ACTIVE_KIND: SegmentKind = "arrow"
+SEALED_KIND: SegmentKind = "parquet"
+
+TOPICS_DIR = "topics"
+TOPIC_META_DIR = "meta"
+MANIFEST_DIR = "manifest"
+LOCK_FILE = ".lock"
+COMPACTION_LOCK_FILE = ".compaction.lock"
+HIGH_WATERMARK_FILE = "high-watermark.checkpoint"
+RECOVERY_POINT_FILE = "recovery-point.checkpoint"
+LEADER_EPOCH_FILE = "leader-epoch.json"
+PRODUCER_STATE_FILE = "producer-state.json"
+PRODUCER_IDS_FILE = "producer-ids.json"
+OFFSET_INDEX_SUFFIX = ".index"
+TIME_INDEX_SUFFIX = ".timeindex"
+TMP_PREFIX = ".tmp-"
+
+_SEGMENT_RE = re.compile(r"^(\d{20})(?:\.(\d{5}))?\.(arrow|parquet)$")
+_VERSION_RE = re.compile(r"^(\d{20})\.json$")
+
+
+def validate_topic_name(name: str) -> str:
+    """Return ``name`` if it is a legal Kafka topic name, else raise InvalidTopicError.
+
+    Kafka's rule: 1 to 249 characters of ``[a-zA-Z0-9._-]``, and not ``.`` or ``..``.
+    The rule also makes every topic a single path component, so no name can escape the root.
+    """
+    if not isinstance(name, str) or not name:
+        raise InvalidTopicError("topic name must be a non-empty string")
+    if len(name) > MAX_TOPIC_NAME_LENGTH:
+        raise InvalidTopicError(
+            f"topic name is {len(name)} characters; the limit is {MAX_TOPIC_NAME_LENGTH}"
+        )
+    if name in (".", ".."):
+        raise InvalidTopicError(f"topic name cannot be {name!r}")
+    if not _TOPIC_RE.match(name):
+        bad = sorted({c for c in name if not re.match(r"[a-zA-Z0-9._-]", c)})
+        raise InvalidTopicError(
+            f"topic name {name!r} contains illegal characters {bad!r}; "
+            "allowed: ASCII letters, digits, '.', '_' and '-'"
+        )
+    return name
+
+
+def validate_partition(partition: int) -> int:
+    if isinstance(partition, bool) or not isinstance(partition, int) or partition < 0:
+        raise ValueError(f"partition must be a non-negative integer, got {partition!r}")
+    return partition
+
+
+@dataclass(frozen=True)
+class SegmentName:
+    """A parsed segment file name."""
+
+    base_offset: int
+    generation: int
+    kind: SegmentKind
+
+
+def segment_name(base_offset: int, *, kind: SegmentKind = SEALED_KIND, generation: int = 0) -> str:
+    """``segment_name(42) == "00000000000000000042.parquet"``."""
+    if base_offset < 0 or generation < 0 or generation > 99999:
+        raise ValueError(f"bad segment base offset {base_offset} or generation {generation}")
+    if kind not in (ACTIVE_KIND, SEALED_KIND):
+        raise ValueError(f"unknown segment kind {kind!r}")
+    gen = f".{generation:05d}" if generation else ""
+    return f"{base_offset:020d}{gen}.{kind}"
+
+
+def parse_segment_name(name: str) -> SegmentName | None:
+    """The inverse of ``segment_name``; None for names that are not segment files."""
+    m = _SEGMENT_RE.match(name)
+    if not m:
+        return None
+    kind: SegmentKind = ACTIVE_KIND if m.group(3) == ACTIVE_KIND else SEALED_KIND
+    return SegmentName(int(m.group(1)), int(m.group(2) or 0), kind)
+
+
+def offset_index_name(segment: str) -> str:
+    return segment + OFFSET_INDEX_SUFFIX
+
+
+def time_index_name(segment: str) -> str:
+    return segment + TIME_INDEX_SUFFIX
+
+
+def index_owner(name: str) -> str | None:
+    """The segment file an index file belongs to, or None if ``name`` is not an index."""
+    for suffix in (OFFSET_INDEX_SUFFIX, TIME_INDEX_SUFFIX):
+        if name.endswith(suffix):
+            owner = name[: -len(suffix)]
+            return owner if parse_segment_name(owner) else None
+    return None
+
+
+def version_name(version: int) -> str:
+    """Manifest and topic-metadata versions: ``version_name(3) == "00000000000000000003.json"``."""
+    if version < 0:
+        raise ValueError(f"bad version {version}")
+    return f"{version:020d}.json"
+
+
+def parse_version_name(name: str) -> int | None:
+    m = _VERSION_RE.match(name)
+    return int(m.group(1)) if m else None
+
+
+def topics_dir(root: str) -> str:
+    return f"{root.rstrip('/')}/{TOPICS_DIR}"
+
+
+def topic_dir(root: str, topic: str) -> str:
+    return f"{topics_dir(root)}/{validate_topic_name(topic)}"
+
+
+def topic_meta_dir(root: str, topic: str) -> str:
+    return f"{topic_dir(root, topic)}/{TOPIC_META_DIR}"
+
+
+def compaction_lock_path(root: str, topic: str) -> str:
+    return f"{topic_dir(root, topic)}/{COMPACTION_LOCK_FILE}"
+
+
+def partition_dir(root: str, topic: str, partition: int) -> str:
+    return f"{topic_dir(root, topic)}/{validate_partition(partition)}"
+
+
+def manifest_dir(partition_path: str) -> str:
+    return f"{partition_path}/{MANIFEST_DIR}"

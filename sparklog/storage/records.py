@@ -1,0 +1,189 @@
+"""The record schema every segment stores, and building record batches for ``append``.
+
+Row schema (Arrow), identical in active (Arrow IPC) and sealed (Parquet) segments::
+
+    offset          int64 not null        assigned by the log, dense per append
+    timestamp       timestamp[ms, UTC] not null
+    timestamp_type  int8 not null         0 = CreateTime, 1 = LogAppendTime (Kafka's codes)
+    key             binary                null = no key
+    value           binary                null = tombstone
+    headers         list<struct<key: string not null, value: binary>> not null
+    producer_id     int64 not null        -1 when not idempotent
+    producer_epoch  int16 not null        -1 when not idempotent
+    sequence        int32 not null        the record's sequence number, -1 when none
+
+``append`` takes a batch with any subset of the columns other than ``offset`` (missing
+ones get defaults) and the log adds the offsets.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from sparklog.errors import InvalidRecordsError
+
+CREATE_TIME = 0
+LOG_APPEND_TIME = 1
+
+HEADER_TYPE = pa.struct([pa.field("key", pa.string(), nullable=False), ("value", pa.binary())])
+HEADERS_TYPE = pa.list_(HEADER_TYPE)
+TIMESTAMP_TYPE = pa.timestamp("ms", tz="UTC")
+
+RECORD_SCHEMA = pa.schema(
+    [
+        pa.field("offset", pa.int64(), nullable=False),
+        pa.field("timestamp", TIMESTAMP_TYPE, nullable=False),
+        pa.field("timestamp_type", pa.int8(), nullable=False),
+        pa.field("key", pa.binary()),
+        pa.field("value", pa.binary()),
+        pa.field("headers", HEADERS_TYPE, nullable=False),
+        pa.field("producer_id", pa.int64(), nullable=False),
+        pa.field("producer_epoch", pa.int16(), nullable=False),
+        pa.field("sequence", pa.int32(), nullable=False),
+    ]
+)
+INPUT_COLUMNS = tuple(f.name for f in RECORD_SCHEMA if f.name != "offset")
+_DEFAULTS: dict[str, int] = {
+    "timestamp_type": CREATE_TIME,
+    "producer_id": -1,
+    "producer_epoch": -1,
+    "sequence": -1,
+}
+
+Header = tuple[str, bytes | None]
+
+
+def make_records(
+    values: Sequence[bytes | None],
+    keys: Sequence[bytes | None] | None = None,
+    timestamps: Sequence[int] | None = None,
+    headers: Sequence[Sequence[Header]] | None = None,
+) -> pa.RecordBatch:
+    """A batch for ``append`` from Python lists (tests, tools; not a hot path)."""
+    n = len(values)
+    columns: dict[str, pa.Array] = {"value": pa.array(values, pa.binary())}
+    if keys is not None:
+        columns["key"] = pa.array(keys, pa.binary())
+    if timestamps is not None:
+        columns["timestamp"] = pa.array(timestamps, pa.int64()).cast(TIMESTAMP_TYPE)
+    if headers is not None:
+        columns["headers"] = pa.array(
+            [[{"key": k, "value": v} for k, v in hs] for hs in headers], HEADERS_TYPE
+        )
+    for name, col in columns.items():
+        if len(col) != n:
+            raise InvalidRecordsError(f"column {name!r} has {len(col)} rows, values has {n}")
+    return pa.RecordBatch.from_pydict(columns)
+
+
+@functools.lru_cache(maxsize=256)
+def _constant(value: int, type_: pa.DataType, n: int) -> pa.Array:
+    """An array of ``n`` copies of ``value``. Arrow arrays are immutable, so producers with
+    steady batch sizes share one per column instead of building it on every append."""
+    return pa.repeat(pa.scalar(value, type_), n)
+
+
+@functools.lru_cache(maxsize=64)
+def _arange(n: int) -> pa.Array:
+    return pc.cumulative_sum(_constant(1, pa.int64(), n))
+
+
+@functools.lru_cache(maxsize=64)
+def empty_headers(n: int) -> pa.Array:
+    """``n`` empty header lists, built without a Python loop (and cached: immutable)."""
+    offsets = _constant(0, pa.int32(), n + 1)
+    return pa.ListArray.from_arrays(offsets, pa.array([], HEADER_TYPE), type=HEADERS_TYPE)
+
+
+def offsets_array(base_offset: int, n: int) -> pa.Array:
+    """Dense offsets ``base_offset .. base_offset + n - 1``."""
+    return pc.add(_arange(n), pa.scalar(base_offset - 1, pa.int64()))
+
+
+def normalize(
+    batch: pa.RecordBatch | pa.Table,
+    *,
+    base_offset: int,
+    now_ms: int,
+    log_append_time: bool,
+) -> pa.RecordBatch:
+    """Check ``batch`` against the input columns and return a full ``RECORD_SCHEMA`` batch.
+
+    Offsets are ``base_offset`` onwards; timestamps default to ``now_ms`` (and are
+    overwritten with it, type LogAppendTime, when the topic says so).
+    """
+    if isinstance(batch, pa.Table):
+        batch = batch.combine_chunks().to_batches()[0] if batch.num_rows else None
+        if batch is None:
+            raise InvalidRecordsError("cannot append an empty batch")
+    if not isinstance(batch, pa.RecordBatch):
+        raise InvalidRecordsError(f"expected a pyarrow RecordBatch or Table, got {type(batch)}")
+    n = batch.num_rows
+    if n == 0:
+        raise InvalidRecordsError("cannot append an empty batch")
+    names = batch.schema.names
+    unknown = [c for c in names if c not in INPUT_COLUMNS]
+    if unknown:
+        raise InvalidRecordsError(
+            f"unknown columns {unknown}; append accepts {list(INPUT_COLUMNS)}"
+        )
+    arrays: list[pa.Array] = []
+    for field in RECORD_SCHEMA:
+        name = field.name
+        if name == "offset":
+            arrays.append(offsets_array(base_offset, n))
+            continue
+        if name == "timestamp" and log_append_time:
+            arrays.append(pa.repeat(pa.scalar(now_ms, TIMESTAMP_TYPE), n))
+            continue
+        if name == "timestamp_type" and log_append_time:
+            arrays.append(_constant(LOG_APPEND_TIME, pa.int8(), n))
+            continue
+        if name in names:
+            col = batch.column(name)
+            if col.type != field.type:
+                try:
+                    col = col.cast(field.type)
+                except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
+                    raise InvalidRecordsError(
+                        f"column {name!r} has type {col.type}, expected {field.type}"
+                    ) from e
+            if not field.nullable and col.null_count:
+                raise InvalidRecordsError(f"column {name!r} has nulls; it cannot")
+            arrays.append(col)
+        elif name == "timestamp":
+            arrays.append(pa.repeat(pa.scalar(now_ms, TIMESTAMP_TYPE), n))
+        elif name == "key" or name == "value":
+            arrays.append(pa.nulls(n, pa.binary()))
+        elif name == "headers":
+            arrays.append(empty_headers(n))
+        else:
+            arrays.append(_constant(_DEFAULTS[name], field.type, n))
+    return pa.RecordBatch.from_arrays(arrays, schema=RECORD_SCHEMA)
+
+
+def _data_bytes(col: pa.Array) -> int:
+    if len(col) == 0:
+        return 0
+    return int(pc.sum(pc.binary_length(col)).as_py() or 0)
+
+
+def payload_bytes(batch: pa.RecordBatch) -> int:
+    """Bytes of keys, values and header keys and values: what ``max.message.bytes`` limits
+    (data only; Arrow's offsets and validity bitmaps are not the producer's bytes)."""
+    headers = batch.column("headers").flatten()
+    return (
+        _data_bytes(batch.column("key"))
+        + _data_bytes(batch.column("value"))
+        + _data_bytes(headers.field("key"))
+        + _data_bytes(headers.field("value"))
+    )
+
+
+def max_timestamp(batch: pa.RecordBatch) -> int:
+    ts = pc.max(batch.column("timestamp").cast(pa.int64())).as_py()
+    return int(ts) if ts is not None else -1

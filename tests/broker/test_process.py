@@ -1,0 +1,100 @@
+"""The broker as a process: start/stop lines, the data-dir lock, SIGTERM, leader epochs,
+and the CLI's --bootstrap-server path."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+from confluent_kafka import Producer
+
+from sparklog.storage import Storage
+from sparklog.storage.checkpoints import read_leader_epochs
+
+from .conftest import BrokerProcess
+
+
+def cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "sparklog.cli", *args], capture_output=True, text=True, timeout=60
+    )
+
+
+def _produce(bootstrap: str, topic: str, n: int) -> None:
+    p = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 1})
+    for i in range(n):
+        p.produce(topic, key=b"k%d" % i, value=b"v%d" % i)
+    assert p.flush(20) == 0
+
+
+def test_start_and_stop_each_log_one_line(broker: BrokerProcess) -> None:
+    assert broker.stop() == 0
+    started = [line for line in broker.lines if "listening on" in line]
+    stopped = [line for line in broker.lines if "stopped" in line]
+    assert len(started) == 1 and f"127.0.0.1:{broker.port}" in started[0]
+    assert len(stopped) == 1 and f":{broker.port}" in stopped[0]
+
+
+def test_second_broker_on_the_same_data_dir_refuses_to_start(broker: BrokerProcess) -> None:
+    second = BrokerProcess(broker.data_dir)
+    with pytest.raises(RuntimeError, match="locked by another process"):
+        second.start(timeout=20)
+    assert broker.alive
+
+
+def test_sigterm_keeps_every_acknowledged_record(broker: BrokerProcess) -> None:
+    _produce(broker.bootstrap, "durable", 200)
+    assert broker.stop() == 0
+    view = Storage(broker.data_dir).reader("durable", 0).view()
+    values = [v for b in view.batches(0) for v in b.column("value").to_pylist()]
+    assert values == [b"v%d" % i for i in range(200)]
+
+
+def test_every_start_begins_a_new_leader_epoch(broker: BrokerProcess) -> None:
+    _produce(broker.bootstrap, "epochs", 3)
+    broker.stop()
+    broker.restart()
+    _produce(broker.bootstrap, "epochs", 2)
+    broker.stop()
+    storage = Storage(broker.data_dir)
+    epochs = read_leader_epochs(storage.fs, storage.reader("epochs", 0).path)
+    assert epochs == [(0, 0), (1, 3)]
+
+
+def test_cli_topics_through_the_broker(broker: BrokerProcess) -> None:
+    b = ["--bootstrap-server", broker.bootstrap]
+    created = cli("topics", "create", "orders", "--partitions", "3", "--config",
+                  "cleanup.policy=compact", *b)  # fmt: skip
+    assert created.returncode == 0, created.stderr
+    assert cli("topics", "list", *b).stdout.split() == ["orders"]
+    doc = json.loads(cli("topics", "describe", "orders", *b).stdout)
+    assert doc["partitions"] == 3
+    assert doc["configs"]["cleanup.policy"] == "compact"
+    assert [p["high_watermark"] for p in doc["partition_state"]] == [0, 0, 0]
+    dup = cli("topics", "create", "orders", *b)
+    assert dup.returncode == 1 and "TOPIC_ALREADY_EXISTS" in dup.stderr
+    bad = cli("topics", "create", "../escape", *b)
+    assert bad.returncode == 1 and "INVALID_TOPIC_EXCEPTION" in bad.stderr
+    assert cli("topics", "delete", "orders", *b).returncode == 0
+    assert cli("topics", "list", *b).stdout.split() == []
+
+
+def test_cli_describe_reports_offsets(broker: BrokerProcess) -> None:
+    _produce(broker.bootstrap, "counted", 7)
+    doc = json.loads(cli("topics", "describe", "counted", "--bootstrap-server",
+                         broker.bootstrap).stdout)  # fmt: skip
+    assert doc["partition_state"][0]["high_watermark"] == 7
+
+
+def test_cli_without_a_broker_is_a_clear_error() -> None:
+    out = cli("topics", "list", "--bootstrap-server", "127.0.0.1:1")
+    assert out.returncode == 1
+    assert "cannot connect" in out.stderr
+
+
+def test_cli_needs_exactly_one_target(tmp_path: object) -> None:
+    out = cli("topics", "list")
+    assert out.returncode == 2
+    assert "--bootstrap-server" in out.stderr

@@ -1,0 +1,84 @@
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from importlib.metadata import entry_points
+
+import sparklog
+from sparklog.storage.lock import DataDirLock
+
+
+def run(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "sparklog.cli", *args], capture_output=True, text=True, timeout=60
+    )
+
+
+def test_console_script_is_declared() -> None:
+    scripts = {e.name: e.value for e in entry_points(group="console_scripts")}
+    assert scripts["sparklog"] == "sparklog.cli:main"
+
+
+def test_version() -> None:
+    out = run("--version")
+    assert out.returncode == 0
+    assert out.stdout.strip() == f"sparklog {sparklog.__version__}"
+
+
+def test_create_list_describe_delete(root: str) -> None:
+    created = run(
+        "topics",
+        "create",
+        "orders",
+        "--partitions",
+        "3",
+        "--config",
+        "cleanup.policy=compact",
+        "--data-dir",
+        root,
+    )
+    assert created.returncode == 0, created.stderr
+    assert "orders" in created.stdout
+    assert run("topics", "list", "--data-dir", root).stdout.split() == ["orders"]
+    described = run("topics", "describe", "orders", "--data-dir", root)
+    doc = json.loads(described.stdout)
+    assert doc["partitions"] == 3
+    assert doc["configs"]["cleanup.policy"] == "compact"
+    assert [p["high_watermark"] for p in doc["partition_state"]] == [0, 0, 0]
+    assert run("topics", "delete", "orders", "--data-dir", root).returncode == 0
+    assert run("topics", "list", "--data-dir", root).stdout.split() == []
+
+
+def test_invalid_topic_name_is_a_clear_error(root: str) -> None:
+    out = run("topics", "create", "../escape", "--data-dir", root)
+    assert out.returncode == 2
+    assert "illegal characters" in out.stderr
+    assert "Traceback" not in out.stderr
+    assert not os.path.exists(os.path.join(os.path.dirname(root), "escape"))
+
+
+def test_unknown_config_is_a_clear_error(root: str) -> None:
+    out = run("topics", "create", "t", "--config", "retention.mss=1", "--data-dir", root)
+    assert out.returncode == 2
+    assert "retention.mss" in out.stderr
+
+
+def test_malformed_config_pair(root: str) -> None:
+    out = run("topics", "create", "t", "--config", "novalue", "--data-dir", root)
+    assert out.returncode == 2
+    assert "NAME=VALUE" in out.stderr
+
+
+def test_describe_unknown_topic(root: str) -> None:
+    out = run("topics", "describe", "nope", "--data-dir", root)
+    assert out.returncode == 1
+    assert "does not exist" in out.stderr
+
+
+def test_create_refuses_while_another_process_holds_the_data_dir(root: str) -> None:
+    with DataDirLock(root):
+        out = run("topics", "create", "t", "--data-dir", root)
+    assert out.returncode == 1
+    assert "locked" in out.stderr

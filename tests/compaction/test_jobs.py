@@ -1,0 +1,87 @@
+"""The jobs' command-line contract that needs no Spark: one clear line for a failure."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from pathlib import Path
+
+from sparklog.compaction.jobs import describe_error
+from sparklog.storage import Storage
+
+from .helpers import Model, append
+
+REPO = Path(__file__).resolve().parents[2]
+
+SPARK_ABORT = (
+    "An error occurred while calling o113.collectToPython.\n"
+    ": org.apache.spark.SparkException: Job aborted due to stage failure: Task 1 in stage 16.0 "
+    "failed 1 times, most recent failure: Lost task 1.0 in stage 16.0 (TID 28) (localhost "
+    "executor driver): org.apache.spark.SparkException: Python worker exited unexpectedly "
+    "(crashed)\n\tat org.apache.spark.api.python.BasePythonRunner.read(PythonRunner.scala:1)\n"
+    "Caused by: java.io.EOFException\n"
+)
+TASK_ERROR = (
+    "An error occurred while calling o9.collectToPython.\n"
+    ": org.apache.spark.SparkException: Job aborted due to stage failure: Task 0 in stage 3.0 "
+    "failed 1 times, most recent failure: Lost task 0.0 in stage 3.0 (TID 4) (localhost "
+    "executor driver): org.apache.spark.api.python.PythonException: Traceback (most recent "
+    'call last):\n  File "/x/sparklog/compaction/rewrite.py", line 9, in write_chunk\n'
+    "sparklog.errors.CompactionOutputError: t-0 x.parquet: records 5..9 arrive after 9\n\n"
+    "\tat org.apache.spark.api.python.BasePythonRunner.read(PythonRunner.scala:1)\n"
+)
+
+
+def test_an_aborted_spark_job_is_described_by_its_cause() -> None:
+    assert describe_error(Exception(SPARK_ABORT)) == (
+        "Spark job aborted (Task 1 in stage 16.0 failed 1 times): "
+        "Python worker exited unexpectedly (crashed)"
+    )
+
+
+def test_an_error_raised_by_our_code_in_a_task_is_described_by_itself() -> None:
+    assert describe_error(Exception(TASK_ERROR)) == (
+        "CompactionOutputError: t-0 x.parquet: records 5..9 arrive after 9"
+    )
+
+
+def test_a_plain_error_is_its_message_and_never_longer_than_500_characters() -> None:
+    assert describe_error(ValueError("bad topic")) == "bad topic"
+    assert len(describe_error(RuntimeError("x" * 2000))) == 500
+
+
+def test_crontab_example_runs_existing_jobs_through_spark_submit() -> None:
+    lines = (REPO / "conf" / "crontab.example").read_text().splitlines()
+    commands = [ln for ln in lines if "./spark-submit.sh" in ln and not ln.startswith("# ")]
+    assert len(commands) == 2
+    for ln in commands:
+        job = ln.split("./spark-submit.sh ", 1)[1].split()[0]
+        assert (REPO / "jobs" / f"{job}.py").exists(), job
+
+
+def test_spark_submit_runs_the_retention_job_with_a_summary_per_partition(root: str) -> None:
+    storage = Storage(root)
+    storage.topics.create("events", 2, {"retention.ms": "3600000"})
+    model = Model()
+    old = int(time.time() * 1000) - 7_200_000
+    append(storage, model, 1, [b"k"] * 3, [b"a", b"b", b"c"], ts=old, topic="events")
+    append(storage, model, 1, [b"k"], [b"d"], ts=old + 7_200_000, roll=False, topic="events")
+    out = subprocess.run(
+        [str(REPO / "spark-submit.sh"), "retention", "--data-dir", root],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    lines = out.stdout.splitlines()
+    assert "retention events-0: no log on disk yet" in lines
+    assert any(ln.startswith("retention events-1: deleted 1 segments (3 records") for ln in lines)
+    assert lines[-1].startswith("retention: done in ")
+    bad = subprocess.run(
+        [str(REPO / "spark-submit.sh"), "retention", "--topic", "nope", "--data-dir", root],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert bad.returncode == 2
+    assert "retention: error: topic 'nope' does not exist" in bad.stdout + bad.stderr

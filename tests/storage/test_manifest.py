@@ -1,0 +1,183 @@
+from __future__ import annotations
+
+import dataclasses
+import threading
+
+import pyarrow.compute as pc
+import pytest
+
+from sparklog.errors import CorruptMetadataError, SegmentNotLiveError
+from sparklog.storage import names
+from sparklog.storage.fs.local import LocalFileSystem
+from sparklog.storage.manifest import CleanMark, Manifest, ManifestStore, SegmentInfo
+from sparklog.storage.sealed import write_sealed
+
+from .helpers import offsets, open_log, records, values
+
+
+def _initial(store: ManifestStore) -> Manifest:
+    active = SegmentInfo(names.segment_name(0, kind="arrow"), 0, None)
+    return store.create_initial(Manifest(0, 0, (active,)))
+
+
+def test_first_commit_is_version_zero(fs: LocalFileSystem, root: str) -> None:
+    store = ManifestStore(fs, root)
+    m = _initial(store)
+    assert m.version == 0
+    assert store.latest() == m
+
+
+def test_commit_creates_the_next_version_and_never_overwrites(
+    fs: LocalFileSystem, root: str
+) -> None:
+    store = ManifestStore(fs, root)
+    _initial(store)
+    m1 = store.commit(lambda m: dataclasses.replace(m, log_start_offset=0))
+    assert m1.version == 1
+    assert store.files.versions() == [0, 1]
+    assert fs.create_exclusive(store.files.path(1), b"{}") is False
+    assert store.read(1) == m1
+
+
+def test_concurrent_commits_all_land_in_distinct_versions(fs: LocalFileSystem, root: str) -> None:
+    store = ManifestStore(fs, root)
+    _initial(store)
+    seen: list[int] = []
+
+    def bump() -> None:
+        for _ in range(10):
+            m = ManifestStore(fs, root).commit(lambda m: dataclasses.replace(m))
+            seen.append(m.version)
+
+    threads = [threading.Thread(target=bump) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(seen) == list(range(1, 41))
+
+
+def test_transform_returning_none_commits_nothing(fs: LocalFileSystem, root: str) -> None:
+    store = ManifestStore(fs, root)
+    _initial(store)
+    assert store.commit(lambda m: None).version == 0
+    assert store.files.versions() == [0]
+
+
+def test_manifest_with_a_gap_between_segments_is_rejected() -> None:
+    a = SegmentInfo(names.segment_name(0), 0, 10)
+    b = SegmentInfo(names.segment_name(11, kind="arrow"), 11, None)
+    with pytest.raises(CorruptMetadataError, match="contiguous"):
+        Manifest(0, 0, (a, b)).validate()
+
+
+def test_manifest_must_end_with_an_active_segment() -> None:
+    a = SegmentInfo(names.segment_name(0), 0, 10)
+    with pytest.raises(CorruptMetadataError):
+        Manifest(0, 0, (a,)).validate()
+
+
+def test_unreadable_manifest_is_reported_with_its_path(fs: LocalFileSystem, root: str) -> None:
+    store = ManifestStore(fs, root)
+    _initial(store)
+    fs.create_exclusive(store.files.path(1), b"{not json")
+    with pytest.raises(CorruptMetadataError, match="00000000000000000001.json"):
+        store.latest()
+
+
+def test_replace_segments_swaps_in_a_compacted_segment(fs: LocalFileSystem, root: str) -> None:
+    log = open_log(fs, root)
+    log.append(records(0, 10))
+    log.roll()
+    old = log.manifest.segments[0]
+    even = [b.filter(pc.equal(pc.bit_wise_and(b.column("offset"), 1), 0)) for b in log.batches(0)]
+    name = names.segment_name(0, generation=1)
+    stats = write_sealed(fs, log.path, name, even)
+    new = dataclasses.replace(old, name=name, records=stats.records, size_bytes=stats.size_bytes)
+    log.replace_segments([old.name], [new])
+    assert offsets(log.batches(0)) == [0, 2, 4, 6, 8]
+    assert values(log.batches(0)) == [b"v0", b"v2", b"v4", b"v6", b"v8"]
+    assert log.high_watermark == 10
+
+
+def test_replace_segments_of_a_segment_no_longer_live_fails(fs: LocalFileSystem, root: str) -> None:
+    log = open_log(fs, root)
+    log.append(records(0, 10))
+    log.roll()
+    old = log.manifest.segments[0]
+    log.replace_segments([old.name], [])
+    with pytest.raises(SegmentNotLiveError, match=old.name):
+        log.replace_segments([old.name], [])
+
+
+def test_dropping_a_prefix_advances_the_log_start(fs: LocalFileSystem, root: str) -> None:
+    log = open_log(fs, root)
+    log.append(records(0, 10))
+    log.roll()
+    log.append(records(10, 5))
+    log.replace_segments([log.manifest.segments[0].name], [])
+    assert log.log_start_offset == 10
+    assert offsets(log.batches(10)) == list(range(10, 15))
+
+
+def test_a_writer_picks_up_versions_committed_by_others(fs: LocalFileSystem, root: str) -> None:
+    log = open_log(fs, root)
+    log.append(records(0, 10))
+    log.roll()
+    other = ManifestStore(fs, log.path)
+    first = log.manifest.segments[0].name
+    other.commit(lambda m: m.replace([first], []))
+    log.append(records(10, 2))
+    assert log.refresh().log_start_offset == 10
+    log.roll()
+    assert [s.base_offset for s in log.manifest.segments] == [10, 12]
+
+
+def test_compaction_fields_round_trip_through_json(fs: LocalFileSystem, root: str) -> None:
+    store = ManifestStore(fs, root)
+    _initial(store)
+    sealed = SegmentInfo(names.segment_name(0, generation=2), 0, 10, first_tombstone=7)
+    active = SegmentInfo(names.segment_name(10, kind="arrow"), 10, None)
+    marks = (CleanMark(5, 1000), CleanMark(10, 2000))
+    m = store.commit(lambda m: dataclasses.replace(m, segments=(sealed, active), cleaned=marks))
+    again = store.latest()
+    assert again == m
+    assert again.cleaned == marks
+    assert again.segments[0].first_tombstone == 7
+
+
+def test_manifest_written_before_the_compaction_fields_still_loads() -> None:
+    old = (
+        b'{"format": 1, "version": 3, "log_start_offset": 0, "committed_ms": 1, "writer": "",'
+        b' "segments": [{"name": "00000000000000000000.arrow", "base_offset": 0,'
+        b' "next_offset": null, "records": 0, "size_bytes": 0, "min_timestamp": 0,'
+        b' "max_timestamp": 0, "created_ms": 0}]}'
+    )
+    m = Manifest.from_json(old, "old.json")
+    assert m.cleaned == ()
+    assert m.segments[0].first_tombstone is None
+
+
+@pytest.mark.parametrize(
+    "marks", [(CleanMark(10, 1), CleanMark(10, 2)), (CleanMark(5, 2), CleanMark(10, 1))]
+)
+def test_cleaned_marks_out_of_order_are_rejected(marks: tuple[CleanMark, ...]) -> None:
+    active = SegmentInfo(names.segment_name(0, kind="arrow"), 0, None)
+    with pytest.raises(CorruptMetadataError, match="cleaned marks"):
+        Manifest(0, 0, (active,), cleaned=marks).validate()
+
+
+def test_refresh_forgets_open_segments_a_newer_version_dropped(
+    fs: LocalFileSystem, root: str
+) -> None:
+    log = open_log(fs, root)
+    log.append(records(0, 10))
+    log.roll()
+    log.append(records(10, 2))
+    first = log.manifest.segments[0].name
+    assert offsets(log.batches(0))[:3] == [0, 1, 2]
+    assert first in log._sealed_cache
+    ManifestStore(fs, log.path).commit(lambda m: m.replace([first], []))
+    log.refresh()
+    assert first not in log._sealed_cache
+    assert offsets(log.batches(10)) == [10, 11]
