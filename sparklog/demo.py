@@ -82,6 +82,9 @@ def produce(bootstrap: str, model: Model, *, events: int, keys: int, seed: int =
             "acks": "all",
             "enable.idempotence": True,
             "linger.ms": 5,
+            # librdkafka's default (1 MB) would put a small run's whole partition in one
+            # batch, and a segment rolls only between appends: keep batches Kafka-sized
+            "batch.size": 64 * 1024,
             "partitioner": "murmur2_random",  # place keys as Java clients and Spark do
         }
     )
@@ -204,9 +207,11 @@ def run(
     t_start = time.perf_counter()
     with broker:
         say(f"broker: listening on {broker.bootstrap} (data in {broker.data_dir})")
+        # several sealed segments per partition at any --events, so compaction has work
+        segment_bytes = min(512 * 1024, max(64 * 1024, events * 4))
         with kc.KafkaClient(broker.bootstrap) as c:
             kc.create_topic(c, ORDERS, 4, {
-                "cleanup.policy": "compact", "segment.bytes": str(512 * 1024),
+                "cleanup.policy": "compact", "segment.bytes": str(segment_bytes),
                 "min.cleanable.dirty.ratio": "0.1", "delete.retention.ms": "0",
                 "file.delete.delay.ms": "1000",
             })  # fmt: skip

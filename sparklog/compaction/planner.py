@@ -201,7 +201,9 @@ def plan_compaction(manifest: Manifest, config: TopicConfig, *, now_ms: int) -> 
         False,
         "",
     )
-    if not section:
+    if not section and not _sealed_prefix(manifest):
+        reason, worth = "no sealed segment yet (the active segment is never cleaned)", False
+    elif not section:
         reason, worth = "no sealed segment is older than min.compaction.lag.ms", False
     elif dirty and plan.dirty_ratio >= config.min_cleanable_dirty_ratio:
         reason, worth = (

@@ -164,6 +164,12 @@ def test_nothing_old_enough_is_nothing_to_do() -> None:
     assert "min.compaction.lag.ms" in plan.reason
 
 
+def test_a_log_with_only_its_active_segment_says_so() -> None:
+    plan = planner.plan_compaction(log(seg(0, None)), compact(), now_ms=NOW)
+    assert not plan.worth_cleaning
+    assert plan.reason.startswith("no sealed segment yet")
+
+
 # ---------------------------------------------------------------------- dirty ratio
 
 
