@@ -39,7 +39,7 @@ import pyarrow as pa
 from _broker import cleanup_on_signals, fmt_table, load_average, temp_dir, wait_for_quiet
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 
-from sparklog.datasource.batch import KAFKA_SCHEMA
+from sparklog.datasource.batch import KAFKA_SCHEMA, OffsetRange, read_range
 from sparklog.storage import Storage
 from sparklog.storage.records import TIMESTAMP_TYPE
 
@@ -124,6 +124,20 @@ def write_topic(root: str, records: int, segment_mb: int) -> list[str]:
         files += [os.path.join(path, s.name) for s in log.manifest.segments if s.sealed]
         log.close()
     return files
+
+
+def read_alone(root: str, records: int, split: int, check_crcs: bool) -> float:
+    """Seconds for sparklog's own ``read()`` work over every range, in this process, on one
+    core, without Spark: what our code costs per row, apart from Spark's Python path."""
+    per = records // PARTITIONS
+    t0 = time.perf_counter()
+    rows = 0
+    for p in range(PARTITIONS):
+        for lo in range(0, per, split):
+            rng = OffsetRange(root, TOPIC, p, lo, min(lo + split, per), False, True, check_crcs)
+            rows += sum(b.num_rows for b in read_range(rng))
+    assert rows == per * PARTITIONS, rows
+    return time.perf_counter() - t0
 
 
 def run_query(spark: Any, reader: Any, checkpoint: str) -> float:
@@ -216,6 +230,7 @@ def main() -> int:
                 times[k].append(t)
                 print(f"  {k:28s} {args.records / t:12,.0f} rows/s  ({t:.2f}s; {quiet})",
                       flush=True)  # fmt: skip
+        alone = [read_alone(root, args.records, args.split, True) for _ in range(args.repeats)]
         spark.stop()
     med = {k: statistics.median(v) for k, v in times.items()}
     rate = {k: args.records / t for k, t in med.items()}
@@ -228,7 +243,12 @@ def main() -> int:
          for k in kinds],
     ))  # fmt: skip
     ours, bare = rate["sparklog"], rate["bare python source"]
-    print(f"\nratio sparklog / parquet = {ours / rate['parquet']:.3f} (target >= 1.0); "
+    alone_rate = args.records / statistics.median(alone)
+    print(
+        f"\nsparklog read() alone, in-process, 1 core, no Spark: {alone_rate:,.0f} rows/s "
+        f"({1e6 / alone_rate:.3f} us/row of the {2e6 / ours:.3f} core-us/row the query takes)"
+    )
+    print(f"ratio sparklog / parquet = {ours / rate['parquet']:.3f} (target >= 1.0); "
           f"sparklog / bare python source = {ours / bare:.3f}")  # fmt: skip
     return 0
 
