@@ -181,6 +181,7 @@ def main() -> int:
             .appName("sparklog-bench-compaction")
             .config("spark.ui.enabled", "false")
             .config("spark.ui.showConsoleProgress", "false")
+            .config("spark.ui.showConsoleProgress", "false")
             .config("spark.driver.memory", "4g")
             .config("spark.sql.shuffle.partitions", str(max(4, args.partitions)))
             .config("spark.sql.session.timeZone", "UTC")

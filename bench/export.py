@@ -63,6 +63,7 @@ def main() -> int:
             SparkSession.builder.master("local[2]")
             .appName("bench-export")
             .config("spark.ui.enabled", "false")
+            .config("spark.ui.showConsoleProgress", "false")
             .config("spark.sql.session.timeZone", "UTC")
             .config("spark.sql.parquet.compression.codec", "zstd")
             .config("spark.driver.memory", "4g")

@@ -109,9 +109,11 @@ def run_query(spark: Any, reader: Any, checkpoint: str, seconds: float, warmup: 
     """
     latencies: list[float] = []
     cutoff = [float("inf")]
-    saw_rows = threading.Event()
+    saw_rows, done = threading.Event(), threading.Event()
 
     def on_batch(df: Any, batch_id: int) -> None:
+        if done.is_set():
+            return  # measuring is over: let the batch end so stop() interrupts nothing
         rows = df.select("timestamp").collect()
         now = time.time()
         if rows:
@@ -138,6 +140,8 @@ def run_query(spark: Any, reader: Any, checkpoint: str, seconds: float, warmup: 
         time.sleep(2)  # the last records reach the query
     else:
         time.sleep(seconds + warmup)
+    done.set()
+    time.sleep(1)  # the batch in flight, if any, ends
     q.stop()
     steps: dict[str, list[int]] = {}
     for p in q.recentProgress:
@@ -201,6 +205,7 @@ def main() -> int:
             SparkSession.builder.master("local[2]")
             .appName("bench-latency")
             .config("spark.ui.enabled", "false")
+            .config("spark.ui.showConsoleProgress", "false")
             .config("spark.sql.shuffle.partitions", "2")
             .getOrCreate()
         )
