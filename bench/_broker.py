@@ -23,11 +23,11 @@ from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import FrameType
+from typing import Any
 
 from sparklog.broker.process import BrokerProcess as _BrokerProcess
 from sparklog.broker.process import die_with_parent
 
-ROOT = Path(__file__).resolve().parents[1]
 _CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
@@ -102,6 +102,26 @@ def cleanup_on_signals() -> None:
 
     for sig in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, handler)
+
+
+def spark_session(app: str, master: str = "local[2]", **conf: str) -> Any:
+    """The benches' SparkSession: no UI or progress bars, UTC, 4 GiB driver, ``conf`` added
+    (keys with ``_`` for ``.``), log level ERROR."""
+    from pyspark.sql import SparkSession
+
+    builder = (
+        SparkSession.builder.master(master)
+        .appName(app)
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.driver.memory", "4g")
+    )
+    for key, value in conf.items():
+        builder = builder.config(key.replace("_", "."), value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
 
 
 def load_average() -> str:

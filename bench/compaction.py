@@ -36,6 +36,7 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 import pyarrow.compute as pc
+from _broker import spark_session
 
 from sparklog.compaction.compactor import compact
 from sparklog.storage import Storage, names
@@ -174,20 +175,12 @@ def main() -> int:
         print(f"generated {data.records:,} records over {data.keys:,} keys in "
               f"{args.partitions} partitions: {data.segments} sealed segments, "
               f"{data.bytes / 1e6:,.1f} MB ({time.perf_counter() - t0:.1f} s)")  # fmt: skip
-        from pyspark.sql import SparkSession
 
-        spark = (
-            SparkSession.builder.master(args.master)
-            .appName("sparklog-bench-compaction")
-            .config("spark.ui.enabled", "false")
-            .config("spark.ui.showConsoleProgress", "false")
-            .config("spark.ui.showConsoleProgress", "false")
-            .config("spark.driver.memory", "4g")
-            .config("spark.sql.shuffle.partitions", str(max(4, args.partitions)))
-            .config("spark.sql.session.timeZone", "UTC")
-            .getOrCreate()
+        spark = spark_session(
+            "sparklog-bench-compaction",
+            args.master,
+            spark_sql_shuffle_partitions=str(max(4, args.partitions)),
         )
-        spark.sparkContext.setLogLevel("ERROR")
         _warm_up(spark, tmp)
         spark_s = run_spark(spark, data, os.path.join(tmp, "spark-out"))
         ours_s, find_s = run_sparklog(spark, data, args.partitions)

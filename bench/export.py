@@ -31,7 +31,14 @@ import time
 import uuid
 from collections.abc import Callable
 
-from _broker import cleanup_on_signals, fmt_table, load_average, temp_dir, wait_for_quiet
+from _broker import (  # fmt: skip
+    cleanup_on_signals,
+    fmt_table,
+    load_average,
+    spark_session,
+    temp_dir,
+    wait_for_quiet,
+)
 from spark_read import TOPIC, write_topic
 
 
@@ -48,7 +55,6 @@ def main() -> int:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     cleanup_on_signals()
-    from pyspark.sql import SparkSession
 
     from sparklog.export.job import export
     from sparklog.export.options import parse
@@ -59,17 +65,7 @@ def main() -> int:
         files = write_topic(root, args.records, args.segment_mb)
         print(f"wrote {args.records:,} records in {len(files)} sealed segments "
               f"({time.perf_counter() - t0:.1f}s)", flush=True)  # fmt: skip
-        spark = (
-            SparkSession.builder.master("local[2]")
-            .appName("bench-export")
-            .config("spark.ui.enabled", "false")
-            .config("spark.ui.showConsoleProgress", "false")
-            .config("spark.sql.session.timeZone", "UTC")
-            .config("spark.sql.parquet.compression.codec", "zstd")
-            .config("spark.driver.memory", "4g")
-            .getOrCreate()
-        )
-        spark.sparkContext.setLogLevel("ERROR")
+        spark = spark_session("bench-export", spark_sql_parquet_compression_codec="zstd")
 
         def out() -> str:
             return os.path.join(tmp, f"out-{uuid.uuid4().hex}")

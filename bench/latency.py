@@ -41,6 +41,7 @@ from _broker import (  # fmt: skip
     fmt_table,
     load_average,
     percentile,
+    spark_session,
     temp_dir,
     wait_for_quiet,
 )
@@ -194,22 +195,13 @@ def main() -> int:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     cleanup_on_signals()
-    from pyspark.sql import SparkSession
 
     import sparklog.spark
     from sparklog.broker import client as kc
 
     results: dict[str, list[float]] = {}
     with temp_dir("sparklog-bench-latency") as tmp:
-        spark = (
-            SparkSession.builder.master("local[2]")
-            .appName("bench-latency")
-            .config("spark.ui.enabled", "false")
-            .config("spark.ui.showConsoleProgress", "false")
-            .config("spark.sql.shuffle.partitions", "2")
-            .getOrCreate()
-        )
-        spark.sparkContext.setLogLevel("ERROR")
+        spark = spark_session("bench-latency", spark_sql_shuffle_partitions="2")
         sparklog.spark.register(spark)
         spark.dataSource.register(ClockSource)
         with BrokerProcess(os.path.join(tmp, "data")) as broker:

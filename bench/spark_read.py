@@ -36,7 +36,14 @@ from collections.abc import Iterator
 from typing import Any
 
 import pyarrow as pa
-from _broker import cleanup_on_signals, fmt_table, load_average, temp_dir, wait_for_quiet
+from _broker import (  # fmt: skip
+    cleanup_on_signals,
+    fmt_table,
+    load_average,
+    spark_session,
+    temp_dir,
+    wait_for_quiet,
+)
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 
 from sparklog.datasource.batch import KAFKA_SCHEMA, OffsetRange, read_range
@@ -171,7 +178,6 @@ def main() -> int:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     cleanup_on_signals()
-    from pyspark.sql import SparkSession
 
     import sparklog.spark
 
@@ -185,16 +191,7 @@ def main() -> int:
         os.makedirs(parquet_dir)
         for i, f in enumerate(files):
             os.link(f, os.path.join(parquet_dir, f"part-{i:05d}.parquet"))
-        spark = (
-            SparkSession.builder.master("local[2]")
-            .appName("bench-spark-read")
-            .config("spark.ui.enabled", "false")
-            .config("spark.ui.showConsoleProgress", "false")
-            .config("spark.sql.session.timeZone", "UTC")
-            .config("spark.driver.memory", "4g")
-            .getOrCreate()
-        )
-        spark.sparkContext.setLogLevel("ERROR")
+        spark = spark_session("bench-spark-read")
         sparklog.spark.register(spark)
         schema = spark.read.parquet(parquet_dir).schema
 

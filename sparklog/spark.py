@@ -16,3 +16,15 @@ def register(spark: Any) -> None:
 
     spark.conf.set("spark.sql.python.filterPushdown.enabled", "true")
     spark.dataSource.register(SparkLogDataSource)
+
+
+def has_jvm_class(spark: Any, name: str) -> bool:
+    """Whether the session's JVM can load class ``name`` (so whether an optional Spark
+    package, such as spark-avro or delta-spark, is on its classpath)."""
+    try:
+        jvm = spark.sparkContext._jvm
+        assert jvm is not None
+        jvm.java.lang.Class.forName(name)
+        return True
+    except Exception:
+        return False

@@ -46,13 +46,9 @@ _STALE_S = 24 * 3600
 
 def has_from_avro(spark: SparkSession) -> bool:
     """Whether spark-avro (and so ``from_avro``) is on the session's classpath."""
-    try:
-        jvm = spark.sparkContext._jvm
-        assert jvm is not None
-        jvm.java.lang.Class.forName("org.apache.spark.sql.avro.AvroDataToCatalyst")
-        return True
-    except Exception:
-        return False
+    from sparklog.spark import has_jvm_class
+
+    return has_jvm_class(spark, "org.apache.spark.sql.avro.AvroDataToCatalyst")
 
 
 def _long(n: int) -> bytes:

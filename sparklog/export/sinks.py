@@ -69,13 +69,9 @@ class Written:
 
 def has_delta_jars(spark: SparkSession) -> bool:
     """Whether the session can write ``format("delta")`` itself (delta-spark)."""
-    try:
-        jvm = spark.sparkContext._jvm
-        assert jvm is not None
-        jvm.java.lang.Class.forName("io.delta.tables.DeltaTable")
-        return True
-    except Exception:
-        return False
+    from sparklog.spark import has_jvm_class
+
+    return has_jvm_class(spark, "io.delta.tables.DeltaTable")
 
 
 @contextlib.contextmanager

@@ -28,6 +28,7 @@ from sparklog.storage.reader import PartitionReader
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.types import StructType
 
 KAFKA_COLUMNS = ["key", "value", "topic", "partition", "offset", "timestamp", "timestampType"]
 #: the column ``--upsert`` adds before decoding: whether the record is a tombstone
@@ -79,24 +80,24 @@ def plan(opts: ExportOptions) -> list[PartitionRange]:
     return out
 
 
-def _native(spark: SparkSession, r: PartitionRange, headers: bool) -> DataFrame:
-    from pyspark.sql import functions as F
-
+def _native(spark: SparkSession, r: PartitionRange, headers: bool, schema: StructType) -> DataFrame:
+    # SQL text rather than Column objects: each Column is a py4j round trip, and a plan over
+    # many partitions would spend more time building than a small export takes to run
+    # (topic names are [a-zA-Z0-9._-] only: safe in a SQL string literal)
     cols = [
-        F.col("key"),
-        F.col("value"),
-        F.lit(r.topic).alias("topic"),
-        F.lit(r.partition).cast("int").alias("partition"),
-        F.col("offset"),
-        F.col("timestamp"),
-        F.col("timestamp_type").cast("int").alias("timestampType"),
-    ]
-    if headers:
-        cols.append(F.col("headers"))
+        "key",
+        "value",
+        f"'{r.topic}' AS topic",
+        f"CAST({r.partition} AS INT) AS partition",
+        "offset",
+        "timestamp",
+        "CAST(timestamp_type AS INT) AS timestampType",
+    ] + (["headers"] if headers else [])
     return (
-        spark.read.parquet(*r.files)
-        .where((F.col("offset") >= r.start) & (F.col("offset") < r.sealed_end))
-        .select(*cols)
+        spark.read.schema(schema)
+        .parquet(*r.files)
+        .where(f"offset >= {r.start} AND offset < {r.sealed_end}")
+        .selectExpr(*cols)
     )
 
 
@@ -104,15 +105,17 @@ def read(spark: SparkSession, opts: ExportOptions, ranges: list[PartitionRange])
     """The planned ranges as one DataFrame in the Kafka source's columns."""
     import sparklog.spark
 
-    sparklog.spark.register(spark)
     headers = False
     parts: list[DataFrame] = []
     tail: dict[int, tuple[int, int]] = {}
+    schema = None  # every sealed segment has the same schema: infer it from one file, once
     for r in ranges:
         if r.count <= 0:
             continue
         if opts.reader == "native" and r.files:
-            parts.append(_native(spark, r, headers))
+            if schema is None:
+                schema = spark.read.parquet(r.files[0]).schema
+            parts.append(_native(spark, r, headers, schema))
             if r.sealed_end < r.end:
                 tail[r.partition] = (r.sealed_end, r.end)
         else:
@@ -121,6 +124,7 @@ def read(spark: SparkSession, opts: ExportOptions, ranges: list[PartitionRange])
         if not tail:  # nothing at all to export: an empty frame of the right shape
             first = ranges[0] if ranges else PartitionRange(opts.topic, 0, 0, 0, 0, ())
             tail = {first.partition: (first.start, first.start)}
+        sparklog.spark.register(spark)
         parts.append(
             spark.read.format("sparklog")
             .option("assign", json.dumps({opts.topic: sorted(tail)}))
