@@ -94,6 +94,14 @@ def produce(bootstrap: str, model: Model, *, events: int, keys: int, seed: int =
         if err is not None:
             errors.append(str(err))
 
+    def send(topic: str, key: bytes, value: bytes | None) -> None:
+        while True:
+            try:
+                p.produce(topic, key=key, value=value, on_delivery=delivered)
+                return
+            except BufferError:  # librdkafka's local queue is full: let deliveries drain
+                p.poll(0.05)
+
     t0 = time.perf_counter()
     status: dict[bytes, int] = {}
     for i in range(events):
@@ -114,13 +122,12 @@ def produce(bootstrap: str, model: Model, *, events: int, keys: int, seed: int =
                 }
             ).encode()
         model.latest[key] = value
-        p.produce(ORDERS, key=key, value=value, on_delivery=delivered)
+        send(ORDERS, key, value)
         if i % 2 == 0:
             click = json.dumps({"page": f"/p/{rng.randrange(500)}", "seq": i}).encode()
-            p.produce(CLICKS, key=b"user-%d" % rng.randrange(5000), value=click,
-                      on_delivery=delivered)  # fmt: skip
+            send(CLICKS, b"user-%d" % rng.randrange(5000), click)
             model.clicks_sent += 1
-        if i % 10_000 == 0:
+        if i % 1000 == 0:
             p.poll(0)
         model.orders_sent += 1
     remaining = p.flush(120)
