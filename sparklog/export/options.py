@@ -39,6 +39,7 @@ class ExportOptions:
     upsert: bool = False
     reader: str = "native"
     max_records_per_batch: int | None = None
+    include_headers: bool = False
 
     def source_options(self) -> dict[str, str]:
         """The ``format("sparklog")`` options these arguments mean."""
@@ -50,6 +51,8 @@ class ExportOptions:
             opts["endingOffsets"] = self.ending_offsets
         if self.max_records_per_batch is not None and self.incremental:
             opts["maxOffsetsPerTrigger"] = str(self.max_records_per_batch)
+        if self.include_headers:
+            opts["includeHeaders"] = "true"
         return opts
 
 
@@ -72,6 +75,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--schema", help="--decode avro: an .avsc file; --decode json: a DDL string")
     p.add_argument("--upsert", action="store_true",
                    help="delta only: one row per key, tombstones delete it")  # fmt: skip
+    p.add_argument("--include-headers", action="store_true",
+                   help="export the record headers too (column headers: "
+                        "array<struct<key string, value binary>>)")  # fmt: skip
     p.add_argument("--reader", choices=("native", "python"), default="native",
                    help="sealed segments through Spark's Parquet reader (default) or "
                         "format('sparklog')")  # fmt: skip
@@ -124,4 +130,5 @@ def parse(argv: Sequence[str] | None = None) -> ExportOptions:
         upsert=a.upsert,
         reader=a.reader,
         max_records_per_batch=a.max_records_per_batch,
+        include_headers=a.include_headers,
     )

@@ -105,7 +105,7 @@ def read(spark: SparkSession, opts: ExportOptions, ranges: list[PartitionRange])
     """The planned ranges as one DataFrame in the Kafka source's columns."""
     import sparklog.spark
 
-    headers = False
+    headers = opts.include_headers
     parts: list[DataFrame] = []
     tail: dict[int, tuple[int, int]] = {}
     schema = None  # every sealed segment has the same schema: infer it from one file, once
@@ -136,8 +136,9 @@ def read(spark: SparkSession, opts: ExportOptions, ranges: list[PartitionRange])
                 "endingOffsets", json.dumps({opts.topic: {str(p): e for p, (_, e) in tail.items()}})
             )
             .option("failOnDataLoss", "true")
+            .option("includeHeaders", str(headers).lower())
             .load(opts.data_dir)
-            .select(*KAFKA_COLUMNS)
+            .select(*KAFKA_COLUMNS, *(["headers"] if headers else []))
         )
     return functools.reduce(lambda a, b: a.unionByName(b), parts)
 

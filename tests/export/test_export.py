@@ -134,6 +134,43 @@ def test_native_and_python_readers_export_the_same(spark: Any, root: str, tmp_pa
     assert rows_of(spark, "parquet", native) == rows_of(spark, "parquet", python)
 
 
+def headers_of(spark: Any, fmt: str, out: str) -> list[tuple]:
+    if fmt == "delta":
+        t = DeltaTable(out).to_pyarrow_table()
+        got = zip(t.column("offset").to_pylist(), t.column("headers").to_pylist(), strict=True)
+        return sorted((o, [(h["key"], h["value"]) for h in hs]) for o, hs in got)
+    df = spark.read.format(fmt).load(out)
+    return sorted((r["offset"], [(h["key"], bytes(h["value"])) for h in r["headers"]])
+                  for r in df.collect())  # fmt: skip
+
+
+@pytest.mark.parametrize("fmt,reader", [("parquet", "native"), ("parquet", "python"),
+                                        ("delta", "native")])  # fmt: skip
+def test_include_headers_exports_every_records_headers(
+    spark: Any, root: str, tmp_path: Path, fmt: str, reader: str
+) -> None:
+    storage = Storage(root)
+    storage.topics.create("t", 1, {})
+    log = storage.open_log("t", 0)
+    expected = []
+    for r in range(2):  # a sealed segment and the active one
+        headers = [[("trace", b"%d" % (r * 5 + j))] * (j % 3) for j in range(5)]
+        log.append(make_records([b"v"] * 5, keys=[b"k"] * 5, headers=headers))
+        expected += [(r * 5 + j, hs) for j, hs in enumerate(headers)]
+        if r == 0:
+            log.roll()
+    log.close()
+    out = str(tmp_path / "out")
+    run(spark, root, out, "--format", fmt, "--include-headers", "--reader", reader)
+    assert headers_of(spark, fmt, out) == expected
+
+
+def test_headers_are_left_out_unless_asked_for(spark: Any, root: str, tmp_path: Path) -> None:
+    fill(root)
+    run(spark, root, str(tmp_path / "out"), "--format", "parquet")
+    assert "headers" not in spark.read.parquet(str(tmp_path / "out")).columns
+
+
 def test_offset_ranges(spark: Any, root: str, tmp_path: Path) -> None:
     model = fill(root)
     run(spark, root, str(tmp_path / "o"), "--format", "parquet",
