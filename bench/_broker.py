@@ -105,9 +105,13 @@ def cleanup_on_signals() -> None:
 
 
 def spark_session(app: str, master: str = "local[2]", **conf: str) -> Any:
-    """The benches' SparkSession: no UI or progress bars, UTC, 4 GiB driver, ``conf`` added
-    (keys with ``_`` for ``.``), log level ERROR."""
+    """The benches' SparkSession: no UI or progress bars, UTC, 4 GiB driver, checkpoints
+    through the local checkpoint file manager (as ``conf/spark-defaults.conf``), ``conf``
+    added (keys with ``_`` for ``.``; a value of ``""`` leaves Spark's default), log level
+    ERROR."""
     from pyspark.sql import SparkSession
+
+    from sparklog.spark import CHECKPOINT_FILE_MANAGER_CONF, LOCAL_CHECKPOINT_FILE_MANAGER
 
     builder = (
         SparkSession.builder.master(master)
@@ -117,6 +121,8 @@ def spark_session(app: str, master: str = "local[2]", **conf: str) -> Any:
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.driver.memory", "4g")
     )
+    if conf.pop(CHECKPOINT_FILE_MANAGER_CONF.replace(".", "_"), None) != "":
+        builder = builder.config(CHECKPOINT_FILE_MANAGER_CONF, LOCAL_CHECKPOINT_FILE_MANAGER)
     for key, value in conf.items():
         builder = builder.config(key.replace("_", "."), value)
     spark = builder.getOrCreate()

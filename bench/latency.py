@@ -13,11 +13,19 @@ the instant the offset became available, ``read()`` builds the rows in memory). 
 broker, no fsync, no storage: its latency is what Spark's micro-batch loop and the Python
 data source machinery cost, the floor any Python source stands on.
 
-The first ``--warmup`` seconds of each run are not counted. Reported: p50, p90, p99, max,
-and sparklog's p50/p99 as a ratio of the baseline's.
+The first ``--warmup`` seconds of each run are not counted: a streaming query runs for
+hours, and for its first two minutes or so the JVM is still JIT-compiling Spark's planner
+and micro-batch loop (C2 compiler threads take most of a core at 30 s, ~10 % at 120 s on
+2 cores), which slows every micro-batch. Reported: p50, p90, p99, max, and sparklog's
+p50/p99 as a ratio of the baseline's.
 
-    .venv/bin/python bench/latency.py --quick      # 15 s per run
-    .venv/bin/python bench/latency.py              # 60 s per run
+Both queries checkpoint through the local checkpoint file manager that
+``conf/spark-defaults.conf`` sets (``sparklog.spark.LOCAL_CHECKPOINT_FILE_MANAGER``);
+``--spark-default-checkpoints`` runs them with Spark's default manager instead, which
+spawns ``readlink`` processes on every checkpoint rename (see docs/benchmarks.md).
+
+    .venv/bin/python bench/latency.py --quick      # 15 s per run after 30 s of warm-up
+    .venv/bin/python bench/latency.py              # 60 s per run after 120 s of warm-up
 """
 
 from __future__ import annotations
@@ -186,12 +194,17 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rate", type=int, default=500, help="records per second")
     ap.add_argument("--seconds", type=float, default=60.0)
-    ap.add_argument("--warmup", type=float, default=10.0)
+    ap.add_argument("--warmup", type=float, default=120.0, help="seconds not counted")
+    ap.add_argument(
+        "--spark-default-checkpoints",
+        action="store_true",
+        help="Spark's default checkpoint file manager instead of the local one",
+    )
     ap.add_argument("--wait-quiet", type=float, default=60.0)
     ap.add_argument("--quick", action="store_true", help="15 s runs")
     args = ap.parse_args()
     if args.quick:
-        args.seconds, args.warmup = 15.0, 5.0
+        args.seconds, args.warmup = 15.0, 30.0
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     cleanup_on_signals()
@@ -201,7 +214,12 @@ def main() -> int:
 
     results: dict[str, list[float]] = {}
     with temp_dir("sparklog-bench-latency") as tmp:
-        spark = spark_session("bench-latency", spark_sql_shuffle_partitions="2")
+        manager = {"spark_sql_streaming_checkpointFileManagerClass": ""}
+        spark = spark_session(
+            "bench-latency",
+            spark_sql_shuffle_partitions="2",
+            **(manager if args.spark_default_checkpoints else {}),
+        )
         sparklog.spark.register(spark)
         spark.dataSource.register(ClockSource)
         with BrokerProcess(os.path.join(tmp, "data")) as broker:
@@ -240,8 +258,10 @@ def main() -> int:
                                            lambda: None)  # fmt: skip
         spark.stop()
     print()
+    checkpoints = "Spark's default" if args.spark_default_checkpoints else "local"
     print(f"{platform.node()}  {os.cpu_count()} CPUs  load {load_average()}  "
-          f"rate={args.rate}/s  seconds={args.seconds:.0f}")  # fmt: skip
+          f"rate={args.rate}/s  seconds={args.seconds:.0f}  warmup={args.warmup:.0f}  "
+          f"checkpoint file manager: {checkpoints}")  # fmt: skip
     rows = []
     for name, lat in results.items():
         if not lat:

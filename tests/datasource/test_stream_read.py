@@ -278,3 +278,16 @@ def test_min_offsets_per_trigger_waits_for_records_or_the_delay(tmp_path: Path) 
 def test_bad_trigger_options(options: dict[str, str], message: str) -> None:
     with pytest.raises(OptionError, match=message):
         stream_options({"path": "/x", "subscribe": "s", **options})
+
+
+def test_the_local_checkpoint_file_manager_is_the_one_spark_defaults_conf_names(
+    spark: Any,
+) -> None:
+    conf = (Path(__file__).parents[2] / "conf" / "spark-defaults.conf").read_text()
+    settings = dict(
+        line.split(None, 1) for line in conf.splitlines() if line.strip() and line[0] != "#"
+    )
+    name = sparklog.spark.LOCAL_CHECKPOINT_FILE_MANAGER
+    assert settings[sparklog.spark.CHECKPOINT_FILE_MANAGER_CONF].strip() == name
+    assert sparklog.spark.has_jvm_class(spark, name)  # still where this pyspark keeps it
+    assert spark.conf.get(sparklog.spark.CHECKPOINT_FILE_MANAGER_CONF) == name
