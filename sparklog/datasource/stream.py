@@ -79,6 +79,7 @@ class SparkLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._target: dict[tuple[str, int], int] | None = None
         self._committed: dict[tuple[str, int], int] = {}
         self._last_batch = time.monotonic()
+        self._latest_seen: dict[tuple[str, int], int] | None = None
         self._batch = SparkLogBatchReader(
             BatchOptions(
                 options.path,
@@ -100,8 +101,10 @@ class SparkLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             out[(topic, p)] = (view.log_start_offset, view.high_watermark)
         return out
 
-    def _latest(self) -> dict[tuple[str, int], int]:
-        latest = {k: hi for k, (_lo, hi) in self._bounds().items()}
+    def _latest(
+        self, bounds: dict[tuple[str, int], tuple[int, int]] | None = None
+    ) -> dict[tuple[str, int], int]:
+        latest = {k: hi for k, (_lo, hi) in (bounds or self._bounds()).items()}
         if self._target is not None:
             latest = {k: min(v, self._target.get(k, 0)) for k, v in latest.items()
                       if k in self._target}  # fmt: skip
@@ -153,7 +156,8 @@ class SparkLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._commit_group(start)
         begin = _flat(start)
         bounds = self._bounds()
-        latest = self._latest()
+        self._latest_seen = {k: hi for k, (_lo, hi) in bounds.items()}
+        latest = self._latest(bounds)
         for k in latest:  # new partitions start at their log start
             begin.setdefault(k, bounds[k][0])
         if isinstance(limit, ReadMaxRows):
@@ -171,7 +175,11 @@ class SparkLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return _nest(end)
 
     def reportLatestOffset(self) -> Offsets:
-        return _nest({k: hi for k, (_lo, hi) in self._bounds().items()})
+        # Spark asks right after ``latestOffset``: report the high watermarks read there,
+        # as Spark's Kafka source reports the offsets its latestOffset fetched
+        if self._latest_seen is None:
+            self._latest_seen = {k: hi for k, (_lo, hi) in self._bounds().items()}
+        return _nest(self._latest_seen)
 
     def prepareForTriggerAvailableNow(self) -> None:
         self._target = {k: hi for k, (_lo, hi) in self._bounds().items()}

@@ -240,6 +240,25 @@ def test_offsets_json_matches_kafka_sources_shape(tmp_path: Path) -> None:
     assert reader.reportLatestOffset() == {"s": {"0": 2}}
 
 
+def test_reported_latest_offset_is_the_backlog_the_last_latest_offset_call_saw(
+    tmp_path: Path,
+) -> None:
+    from pyspark.sql.streaming.datasource import ReadMaxRows
+
+    from sparklog.datasource.stream import SparkLogStreamReader
+
+    root = str(tmp_path / "data")
+    _write(root, "s", [b"a", b"b", b"c"])
+    reader = SparkLogStreamReader(stream_options({"path": root, "subscribe": "s",
+                                                  "startingOffsets": "earliest"}))  # fmt: skip
+    start = reader.initialOffset()
+    assert reader.latestOffset(start, ReadMaxRows(1)) == {"s": {"0": 1}}  # admitted
+    _write(root, "s", [b"d"])
+    assert reader.reportLatestOffset() == {"s": {"0": 3}}  # available when it was planned
+    reader.latestOffset(start, ReadMaxRows(1))
+    assert reader.reportLatestOffset() == {"s": {"0": 4}}
+
+
 def test_min_offsets_per_trigger_waits_for_records_or_the_delay(tmp_path: Path) -> None:
     import time
 
