@@ -18,6 +18,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 LISTENING = re.compile(r"listening on (\S+):(\d+)")
@@ -90,6 +91,7 @@ class BrokerProcess:
         while not found.wait(0.05):
             if proc.poll() is not None or time.monotonic() > deadline:
                 self.kill()
+                self._drain.join(5)  # the child's last words are in self.lines
                 raise RuntimeError("broker did not start:\n" + "\n".join(self.lines[-40:]))
         return self
 
@@ -115,6 +117,18 @@ class BrokerProcess:
         if self.proc is not None and self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait()
+
+    def wait_for_line(self, match: Callable[[str], bool], timeout: float = 10.0) -> str | None:
+        """The first logged line ``match`` accepts, waiting up to ``timeout`` for the
+        broker to log it (lines arrive through a reader thread); None if none does."""
+        deadline = time.monotonic() + timeout
+        while True:
+            for line in list(self.lines):
+                if match(line):
+                    return line
+            if time.monotonic() > deadline:
+                return None
+            time.sleep(0.02)
 
     def errors(self) -> list[str]:
         """Lines the broker logged at WARNING or above."""

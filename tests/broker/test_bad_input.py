@@ -151,7 +151,7 @@ def test_oversized_declared_length_closes_without_reading_body(
         assert conn.closed_by_peer(timeout=5.0)
         assert time.monotonic() - start < 2.0
     assert rf.vm_kb(broker_pid(broker), "VmHWM") - hwm_before < 32 * 1024
-    assert any("closing" in line and str(declared) in line for line in broker.lines)
+    assert broker.wait_for_line(lambda line: "closing" in line and str(declared) in line)
     assert_serving(broker)
 
 

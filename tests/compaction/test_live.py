@@ -234,7 +234,10 @@ def test_consumers_and_a_spark_query_miss_nothing_while_the_jobs_run(
         tail.thread.start()
         time.sleep(16)  # the first records pass min.compaction.lag.ms
         jobs.thread.start()
-        time.sleep(PRODUCE_S - 16)
+        # at least PRODUCE_S in all, and on until the jobs ran three rounds (a loaded machine)
+        until, latest = time.monotonic() + PRODUCE_S - 16, time.monotonic() + PRODUCE_S + 24
+        while time.monotonic() < until or (jobs.rounds < 3 and time.monotonic() < latest):
+            time.sleep(0.5)
         producers.finish()
         jobs.stop.set()
         jobs.thread.join(120)

@@ -27,14 +27,14 @@ def _storage(root: str, partitions: int = 1, **configs: str) -> Storage:
     return s
 
 
-def _three_segments(storage: Storage, partition: int = 0) -> Model:
-    """Segments [0,10) [10,20) [20,30), sealed, their records 3, 2 and 1 hours old; then 3
-    records in the active segment."""
+def _three_segments(storage: Storage, partition: int = 0, now: int = NOW) -> Model:
+    """Segments [0,10) [10,20) [20,30), sealed, their records 3, 2 and 1 hours older than
+    ``now``; then 3 records in the active segment."""
     model = Model()
-    for i, t in enumerate((NOW - 3 * HOUR, NOW - 2 * HOUR, NOW - HOUR)):
+    for i, t in enumerate((now - 3 * HOUR, now - 2 * HOUR, now - HOUR)):
         keys = [b"k%d" % j for j in range(10)]
         append(storage, model, partition, keys, [b"v%d" % (i * 10 + j) for j in range(10)], ts=t)
-    append(storage, model, partition, [b"x"] * 3, [b"a", b"b", b"c"], ts=NOW, roll=False)
+    append(storage, model, partition, [b"x"] * 3, [b"a", b"b", b"c"], ts=now, roll=False)
     return model
 
 
@@ -110,7 +110,7 @@ def test_reads_below_the_new_log_start_are_out_of_range(root: str) -> None:
 def test_retention_deletes_no_file_itself_and_the_writer_collects_them_after_the_delay(
     root: str,
 ) -> None:
-    storage = _storage(root, retention_ms=str(90 * 60 * 1000), file_delete_delay_ms="1000")
+    storage = _storage(root, retention_ms=str(90 * 60 * 1000), file_delete_delay_ms="600000")
     _three_segments(storage)
     path = names.partition_dir(storage.root, TOPIC, 0)
     first = names.segment_name(0)
@@ -119,7 +119,7 @@ def test_retention_deletes_no_file_itself_and_the_writer_collects_them_after_the
     config = storage.topics.get(TOPIC).config
     PartitionLog.open(storage.fs, storage.root, TOPIC, 0, config).close()
     assert first in os.listdir(path)  # dropped less than file.delete.delay.ms ago
-    later = time.time() + 2
+    later = time.time() + 601
     PartitionLog.open(storage.fs, storage.root, TOPIC, 0, config, clock=lambda: later).close()
     assert first not in os.listdir(path)
     assert names.offset_index_name(first) not in os.listdir(path)
@@ -140,7 +140,7 @@ def test_retention_job_prints_a_line_per_partition_and_a_summary(
     root: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     storage = _storage(root, retention_ms=str(90 * 60 * 1000))
-    _three_segments(storage)
+    _three_segments(storage, now=int(time.time() * 1000))  # the job reads the clock itself
     assert jobs.retention_main(["--topic", TOPIC, "--data-dir", root]) == jobs.EXIT_OK
     out = capsys.readouterr().out.splitlines()
     assert out[0].startswith(f"retention {TOPIC}-0: deleted 2 segments (20 records")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -259,13 +260,16 @@ def test_reported_latest_offset_is_the_backlog_the_last_latest_offset_call_saw(
     assert reader.reportLatestOffset() == {"s": {"0": 4}}
 
 
-def test_min_offsets_per_trigger_waits_for_records_or_the_delay(tmp_path: Path) -> None:
-    import time
-
+def test_min_offsets_per_trigger_waits_for_records_or_the_delay(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
+    from sparklog.datasource import stream
     from sparklog.datasource.stream import SparkLogStreamReader
 
+    clock = [1000.0]  # the reader's monotonic clock, so a slow machine cannot pass the delay
+    monkeypatch.setattr(stream, "time", SimpleNamespace(monotonic=lambda: clock[0]))
     root = str(tmp_path / "data")
     _write(root, "s", [b"a", b"b", b"c"])
     reader = SparkLogStreamReader(
@@ -282,7 +286,9 @@ def test_min_offsets_per_trigger_waits_for_records_or_the_delay(tmp_path: Path) 
     start = reader.initialOffset()
     assert reader.latestOffset(start, ReadMaxRows(100)) == start  # 3 < 5: wait
     assert reader.latestOffset(start, ReadAllAvailable()) == {"s": {"0": 3}}  # AvailableNow
-    time.sleep(1.1)
+    clock[0] += 0.9
+    assert reader.latestOffset(start, ReadMaxRows(100)) == start  # still within the delay
+    clock[0] += 0.2
     assert reader.latestOffset(start, ReadMaxRows(100)) == {"s": {"0": 3}}  # delay passed
 
 

@@ -98,7 +98,7 @@ def check_lag(broker: BrokerProcess, ts: list[int], doc_of: Callable[[], dict]) 
         # the oldest unconsumed record is record n: its age, as the command saw it
         low, high = before - ts[n] / 1000, after - ts[n] / 1000
         assert low - 0.5 <= r["lag_seconds"] <= high + 0.5, (r, low, high)
-        assert 100 + N - 1 - n - 1 < r["lag_seconds"] < 100 + N - 1 - n + 30
+        assert 100 + N - 1 - n - 1 < r["lag_seconds"]  # the seeded records' ages
     return doc
 
 
@@ -128,7 +128,9 @@ def test_list_and_describe_lag_with_and_without_members(
     assert listed(broker) == {GROUP: "Stable"}
 
     # the table form says the same
+    before = time.time()
     rc, out, err = groups(broker, "describe", GROUP)
+    after = time.time()
     assert rc == 0, err
     lines = out.splitlines()
     assert lines[0] == f"group {GROUP} (Stable, 2 members)"
@@ -139,7 +141,7 @@ def test_list_and_describe_lag_with_and_without_members(
     for p, n in CONSUMED.items():
         topic, _p, c, end, lag, secs, owner = table[p]
         assert (topic, c, end, lag, owner) == (TOPIC, str(n), str(N), str(N - n), expect[p])
-        assert abs(float(secs) - (time.time() - ts[n] / 1000)) < 2
+        assert before - ts[n] / 1000 - 1 <= float(secs) <= after - ts[n] / 1000 + 1
 
     # no reset while the group has members
     rc, out, err = groups(broker, "reset-offsets", GROUP, "--topic", TOPIC, "--to-earliest")
