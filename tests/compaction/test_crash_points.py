@@ -240,9 +240,12 @@ def test_files_a_commit_dropped_stay_for_readers_until_the_delete_delay(
     storage = Storage(root)
     path = names.partition_dir(storage.root, TOPIC, 0)
     config = storage.topics.get(TOPIC).config
-    PartitionLog.open(storage.fs, storage.root, TOPIC, 0, config).close()
+    # the crash may have run earlier in the session, longer ago than the delay: read the
+    # clock as of its commit
+    committed = manifest(storage).committed_ms / 1000
+    PartitionLog.open(storage.fs, storage.root, TOPIC, 0, config, clock=lambda: committed).close()
     assert set(OLD_SET[:-1]) <= set(os.listdir(path))
-    later = time.time() + config.file_delete_delay_ms / 1000 + 1
+    later = committed + config.file_delete_delay_ms / 1000 + 1
     PartitionLog.open(storage.fs, storage.root, TOPIC, 0, config, clock=lambda: later).close()
     assert not set(OLD_SET[:-1]) & set(os.listdir(path))
 

@@ -228,6 +228,14 @@ def _open(fs: LocalFileSystem, root: str, **kwargs: object) -> PartitionLog:
     return PartitionLog.open(fs, root, TOPIC, 0, TopicConfig(), **kwargs)  # type: ignore[arg-type]
 
 
+def _at_commit(fs: LocalFileSystem, root: str) -> Callable[[], float]:
+    """A clock stopped when the crash's last manifest was committed: the crash may have run
+    earlier in the session, longer ago than file.delete.delay.ms (60 s by default)."""
+    manifest = ManifestStore(fs, _partition(root)).latest()
+    assert manifest is not None
+    return lambda: manifest.committed_ms / 1000
+
+
 def _pairs(batches: Iterable[pa.RecordBatch]) -> list[tuple[int, bytes]]:
     return [
         (o, v)
@@ -450,7 +458,7 @@ def test_seal_crash_after_the_commit_leaves_the_sealed_arrow_file_for_the_delete
     fs: LocalFileSystem, root: str, crash_at: Callable[[str], Crash]
 ) -> None:
     crash_at("seal.after_commit")
-    log = _open(fs, root)
+    log = _open(fs, root, clock=_at_commit(fs, root))
     try:
         assert log.recovery.deleted_orphans == []
         assert log.recovery.resealed == []
@@ -504,7 +512,7 @@ def test_replace_crash_after_the_commit_leaves_the_replaced_segment_for_the_dele
     fs: LocalFileSystem, root: str, crash_at: Callable[[str], Crash]
 ) -> None:
     crash_at("replace.after_commit")
-    log = _open(fs, root)
+    log = _open(fs, root, clock=_at_commit(fs, root))
     try:
         assert _with_indexes(SEALED_0) <= set(os.listdir(log.path))
         assert log.collect_garbage(orphan_grace_ms=0).deleted == []
