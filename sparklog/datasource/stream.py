@@ -101,10 +101,8 @@ class SparkLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             out[(topic, p)] = (view.log_start_offset, view.high_watermark)
         return out
 
-    def _latest(
-        self, bounds: dict[tuple[str, int], tuple[int, int]] | None = None
-    ) -> dict[tuple[str, int], int]:
-        latest = {k: hi for k, (_lo, hi) in (bounds or self._bounds()).items()}
+    def _within_target(self, latest: dict[tuple[str, int], int]) -> dict[tuple[str, int], int]:
+        """``latest`` capped at an AvailableNow run's target (partitions beyond it dropped)."""
         if self._target is not None:
             latest = {k: min(v, self._target.get(k, 0)) for k, v in latest.items()
                       if k in self._target}  # fmt: skip
@@ -157,7 +155,7 @@ class SparkLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         begin = _flat(start)
         bounds = self._bounds()
         self._latest_seen = {k: hi for k, (_lo, hi) in bounds.items()}
-        latest = self._latest(bounds)
+        latest = self._within_target(self._latest_seen)
         for k in latest:  # new partitions start at their log start
             begin.setdefault(k, bounds[k][0])
         if isinstance(limit, ReadMaxRows):

@@ -145,12 +145,9 @@ def test_broker_serves_the_log_start_a_retention_job_committed(
     broker = _with_old_segments(data_dir, "events", start_broker)
     (outcome,) = apply_retention(data_dir, ["events"]).outcomes
     assert outcome.log_start_after == 15
+    wait_for_log_start(broker, "events", 15)
     c = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "w"})
     try:
-        wait_until(
-            lambda: c.get_watermark_offsets(TopicPartition("events", 0), timeout=5)[0] == 15,
-            "ListOffsets earliest to return the new log start",
-        )
         assert c.get_watermark_offsets(TopicPartition("events", 0), timeout=5) == (15, 20)
     finally:
         c.close()
