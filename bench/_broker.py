@@ -25,8 +25,8 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from sparklog.broker.process import BrokerProcess as _BrokerProcess
-from sparklog.broker.process import die_with_parent
+from sparklog.harness import BrokerProcess as _BrokerProcess
+from sparklog.harness import die_with_parent
 
 _CLK_TCK = os.sysconf("SC_CLK_TCK")
 
@@ -230,19 +230,19 @@ _STAGES: list[tuple[str, str]] = [
     ("StreamWriter", "socket I/O (asyncio transports, streams)"),
     ("Broker._serve", "server: framing, per-connection loop"),
     ("Broker.handle_frame", "server: dispatch"),
-    ("parse_request (sparklog/broker/wire.py)", "kio: parse request"),
-    ("encode_response (sparklog/broker/wire.py)", "kio: build + encode response"),
-    ("build (sparklog/broker/wire.py)", "kio: build + encode response"),
+    ("parse_request (sparklog/kafka/wire.py)", "kio: parse request"),
+    ("encode_response (sparklog/kafka/wire.py)", "kio: build + encode response"),
+    ("build (sparklog/kafka/wire.py)", "kio: build + encode response"),
     ("produce (sparklog/broker/handlers/produce.py)", "produce handler (checks, entries)"),
     ("_append_one (sparklog/broker/handlers/produce.py)", "produce handler (checks, entries)"),
-    ("decode_batch (sparklog/broker/batches.py)", "decode: Kafka batch -> Arrow (decode_batch)"),
+    ("decode_batch (sparklog/kafka/records.py)", "decode: Kafka batch -> Arrow (decode_batch)"),
     ("PartitionManager.append", "append: PartitionLog.append (normalize, IPC, CRC, write)"),
     ("PartitionManager.wait_durable", "group commit: futures, executor hand-off"),
     ("PartitionManager._sync_loop", "group commit: futures, executor hand-off"),
     ("fetch (sparklog/broker/handlers/fetch.py)", "fetch handler"),
     ("_read_partition (sparklog/broker/handlers/fetch.py)", "fetch handler"),
     ("LogView.read", "fetch: read stored Arrow batches"),
-    ("encode_batches (sparklog/broker/batches.py)", "fetch: encode Arrow -> Kafka batches"),
+    ("encode_batches (sparklog/kafka/records.py)", "fetch: encode Arrow -> Kafka batches"),
     ("PartitionManager.wait_for_data", "fetch: long-poll wait"),
     ("_WorkItem.run", "worker: task completion (future, loop wake-up)"),
     ("PartitionLog.wait_durable", "fsync: group-commit bookkeeping"),

@@ -11,7 +11,7 @@ record. The broker serves them from its page-cache-warm segments.
 Baseline (b) CPU, single core, no network: what the broker's fetch path does per record,
 alone: read the stored Arrow batches of every partition (``LogView.read``, in
 ``--partition-fetch-bytes`` slices, as the broker does per fetch) and encode them as Kafka
-record batches with ``sparklog.broker.batches.encode_batches``.
+record batches with ``sparklog.kafka.records.encode_batches``.
 
 Payload MB = key + value bytes (116 per record), 1 MB = 10^6 bytes. CPU seconds of the
 consumer, the broker and every other process during a run are reported; before each
@@ -52,8 +52,8 @@ from _broker import (
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 from produce import RECORD_PAYLOAD, TOPIC, create_topic, make_workload, produce_records
 
-from sparklog.broker.batches import encode_batches
 from sparklog.errors import SparkLogError
+from sparklog.kafka.records import encode_batches
 from sparklog.storage import Storage
 
 MB = 1_000_000

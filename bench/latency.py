@@ -210,7 +210,8 @@ def main() -> int:
     cleanup_on_signals()
 
     import sparklog.spark
-    from sparklog.broker import client as kc
+    from sparklog.kafka import admin as kc
+    from sparklog.kafka.client import KafkaClient
 
     results: dict[str, list[float]] = {}
     with temp_dir("sparklog-bench-latency") as tmp:
@@ -223,7 +224,7 @@ def main() -> int:
         sparklog.spark.register(spark)
         spark.dataSource.register(ClockSource)
         with BrokerProcess(os.path.join(tmp, "data")) as broker:
-            with kc.KafkaClient(broker.bootstrap) as c:
+            with KafkaClient(broker.bootstrap) as c:
                 kc.create_topic(c, TOPIC, 1, {})
             print(f"quiet: {wait_for_quiet(args.wait_quiet)}", flush=True)
             reader = (

@@ -16,7 +16,7 @@ record at a time, ``--idle-probe`` records).
 Baselines (from the same records, in the same run, single core):
 
 * (a) disk: the produce batches' bytes appended to one plain file, ``fdatasync`` per 1 MiB.
-* (b) CPU: ``sparklog.broker.batches.decode_batch`` (CRC-32C, aiokafka record parsing, Arrow
+* (b) CPU: ``sparklog.kafka.records.decode_batch`` (CRC-32C, aiokafka record parsing, Arrow
   columns) over every produce batch: no network, no disk. The batches are the real ones:
   the stored Arrow batches of the first broker run (one per produce batch, as librdkafka cut
   them) rebuilt into Kafka record batches with aiokafka's ``DefaultRecordBatchBuilder``.
@@ -69,7 +69,7 @@ from aiokafka.record.default_records import DefaultRecordBatchBuilder
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from sparklog.broker.batches import decode_batch
+from sparklog.kafka.records import decode_batch
 from sparklog.storage import Storage
 
 KEY_SIZE = 16

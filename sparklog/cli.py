@@ -20,7 +20,7 @@ seconds (the age of the oldest unconsumed record).
 
 ``--bootstrap-server`` goes through a broker (CreateTopics, DeleteTopics, Metadata,
 DescribeConfigs, ListOffsets). The ``--data-dir`` forms work on storage directly (offline
-use); creating or deleting a topic takes the data-dir lock, so they refuse to run beside a
+use); creating or deleting a topic takes the data-dir lease, so they refuse to run beside a
 broker that holds it.
 Errors print one line on stderr and exit with status 2 (bad arguments) or 1 (other).
 """
@@ -36,8 +36,7 @@ from collections.abc import Iterator, Sequence
 import sparklog
 from sparklog.errors import SparkLogError
 from sparklog.storage import Storage
-from sparklog.storage.fs.local import LocalFileSystem
-from sparklog.storage.lock import DataDirLock
+from sparklog.storage.lease import DATA_DIR, lease_store_for
 from sparklog.storage.reader import PartitionReader
 
 
@@ -52,11 +51,9 @@ def _parse_configs(pairs: Sequence[str]) -> dict[str, str]:
 
 
 @contextlib.contextmanager
-def _writer_lock(storage: Storage) -> Iterator[None]:
-    if isinstance(storage.fs, LocalFileSystem):
-        with DataDirLock(storage.root):
-            yield
-    else:
+def _writer_lease(storage: Storage) -> Iterator[None]:
+    """The data-dir lease, held while an offline command changes topics."""
+    with lease_store_for(storage).acquire(DATA_DIR, "sparklog CLI"):
         yield
 
 
@@ -99,9 +96,10 @@ def _describe(storage: Storage, name: str) -> dict[str, object]:
 
 
 def _topics_remote(args: argparse.Namespace) -> int:
-    from sparklog.broker import client as kc
+    from sparklog.kafka import admin as kc
+    from sparklog.kafka.client import KafkaClient
 
-    with kc.KafkaClient(args.bootstrap_server) as c:
+    with KafkaClient(args.bootstrap_server) as c:
         if args.action == "create":
             kc.create_topic(c, args.name, args.partitions, _parse_configs(args.config))
             print(f"Created topic {args.name} with {args.partitions} partition(s).")
@@ -123,7 +121,7 @@ def _topics(args: argparse.Namespace) -> int:
         return _topics_remote(args)
     storage = Storage(args.data_dir)
     if args.action == "create":
-        with _writer_lock(storage):
+        with _writer_lease(storage):
             meta = storage.topics.create(args.name, args.partitions, _parse_configs(args.config))
         print(f"Created topic {meta.name} with {meta.partitions} partition(s).")
     elif args.action == "list":
@@ -132,7 +130,7 @@ def _topics(args: argparse.Namespace) -> int:
     elif args.action == "describe":
         print(json.dumps(_describe(storage, args.name), indent=2))
     elif args.action == "delete":
-        with _writer_lock(storage):
+        with _writer_lease(storage):
             storage.topics.delete(args.name)
         print(f"Deleted topic {args.name}.")
     return 0
@@ -142,9 +140,10 @@ def _groups(args: argparse.Namespace) -> int:
     import time
     from datetime import datetime
 
-    from sparklog.broker import client as kc
+    from sparklog.kafka import admin as kc
+    from sparklog.kafka.client import KafkaClient
 
-    with kc.KafkaClient(args.bootstrap_server) as c:
+    with KafkaClient(args.bootstrap_server) as c:
         if args.action == "list":
             for group, state in kc.list_groups(c):
                 print(f"{group}\t{state}")

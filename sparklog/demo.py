@@ -28,8 +28,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from sparklog.broker import client as kc
-from sparklog.broker.process import BrokerProcess
+from sparklog.errors import DemoCheckError, KafkaRequestError
+from sparklog.harness import BrokerProcess
+from sparklog.kafka import admin as kc
+from sparklog.kafka.client import KafkaClient
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -37,10 +39,6 @@ if TYPE_CHECKING:
 ORDERS, CLICKS, GROUP = "orders", "clicks", "demo-dashboard"
 STATUSES = ("created", "paid", "packed", "shipped", "delivered")
 Say = Callable[[str], None]
-
-
-class DemoCheckError(RuntimeError):
-    """A step of the demo did not produce what the model says it must."""
 
 
 @dataclass
@@ -137,10 +135,10 @@ def produce(bootstrap: str, model: Model, *, events: int, keys: int, seed: int =
 
 def _lag(bootstrap: str) -> tuple[int, float | None]:
     """The group's total lag in records and its worst lag in seconds (0 if caught up)."""
-    with kc.KafkaClient(bootstrap) as c:
+    with KafkaClient(bootstrap) as c:
         try:
             rows = kc.describe_group(c, GROUP, int(time.time() * 1000))["partitions"]
-        except kc.KafkaRequestError:  # no commits yet: the whole topic is unread
+        except KafkaRequestError:  # no commits yet: the whole topic is unread
             ends = kc.list_offsets(c, ORDERS, kc.topic_partitions(c, ORDERS), -1)
             return sum(o for o, _ in ends.values()), None
     seconds = [r["lag_seconds"] for r in rows if r["lag_seconds"] is not None]
@@ -216,7 +214,7 @@ def run(
         say(f"broker: listening on {broker.bootstrap} (data in {broker.data_dir})")
         # several sealed segments per partition at any --events, so compaction has work
         segment_bytes = min(512 * 1024, max(64 * 1024, events * 4))
-        with kc.KafkaClient(broker.bootstrap) as c:
+        with KafkaClient(broker.bootstrap) as c:
             kc.create_topic(c, ORDERS, 4, {
                 "cleanup.policy": "compact", "segment.bytes": str(segment_bytes),
                 "min.cleanable.dirty.ratio": "0.1", "delete.retention.ms": "0",

@@ -1,8 +1,14 @@
-"""Every failure sparklog reports, one small class each.
+"""Every failure sparklog reports, one small class each, all under ``SparkLogError``.
 
 Messages name the path, topic, partition and offsets involved. Bad arguments from a caller
-are ``ValueError`` subclasses so that generic code handles them as such; the broker maps
-these classes to Kafka error codes in exactly one table.
+are ``ValueError`` subclasses so that generic code handles them as such. The broker maps
+these classes to Kafka error codes in exactly one table (``sparklog.broker.errors``); no
+class here carries a Kafka code of its own (``KafkaRequestError`` carries the code a broker
+*answered*, which is data, not a mapping).
+
+Groups, in file order: storage and topics; leases; records a producer sends (record batches
+and idempotence); consumer groups; the wire protocol and sparklog's own Kafka client; the
+Spark DataSource; jobs and tools.
 """
 
 from __future__ import annotations
@@ -10,6 +16,9 @@ from __future__ import annotations
 
 class SparkLogError(Exception):
     """Base class of every sparklog error."""
+
+
+# ---------------------------------------------------------------------------- storage, topics
 
 
 class InvalidTopicError(SparkLogError, ValueError):
@@ -60,17 +69,156 @@ class SegmentNotLiveError(SparkLogError):
     """A segment a swap wants to replace is no longer named by the latest manifest."""
 
 
-class DataDirLockedError(SparkLogError):
-    """Another process holds the exclusive lock on this data directory."""
-
-
-class CompactionRunningError(SparkLogError):
-    """Another compaction job is rewriting this topic."""
+class LogClosedError(SparkLogError):
+    """The partition log was closed."""
 
 
 class CompactionOutputError(SparkLogError):
     """A segment rewritten by compaction does not hold what the plan says it must."""
 
 
-class LogClosedError(SparkLogError):
-    """The partition log was closed."""
+# ---------------------------------------------------------------------------- leases
+
+
+class LeaseHeldError(SparkLogError):
+    """Another holder has the named lease."""
+
+
+class DataDirLockedError(LeaseHeldError):
+    """Another process holds the exclusive lease (lock) on this data directory."""
+
+
+class CompactionRunningError(LeaseHeldError):
+    """Another compaction job holds this topic's compaction lease."""
+
+
+class LeaseLostError(SparkLogError):
+    """A lease this process held expired or was taken over; its epoch is fenced."""
+
+
+# ---------------------------------------------------------------------------- produced records
+
+
+class BatchError(SparkLogError):
+    """A record batch a producer sent is refused (one subclass per reason)."""
+
+
+class CorruptBatchError(BatchError):
+    """A record batch fails its CRC, is truncated, or its records do not decode."""
+
+
+class UnsupportedMagicError(BatchError):
+    """A record batch uses a message format other than magic 2 (Kafka 0.11+)."""
+
+
+class BatchTooLargeError(BatchError):
+    """A record batch decompresses past the broker's limit (a decompression bomb)."""
+
+
+class InvalidBatchError(BatchError):
+    """A record batch's header contradicts its records (counts, offsets, no records)."""
+
+
+class UnsupportedBatchError(BatchError):
+    """A transactional or control record batch (transactions are not supported)."""
+
+
+class OutOfOrderSequenceError(SparkLogError):
+    """A produce batch's sequence does not follow the producer's last one."""
+
+
+class DuplicateSequenceError(SparkLogError):
+    """A produce batch lies wholly before the producer's last five: it was written before."""
+
+
+class UnknownProducerError(SparkLogError):
+    """A produce batch continues a producer this partition has no state for."""
+
+
+class InvalidProducerEpochError(SparkLogError):
+    """A produce batch carries an epoch older than the producer's current one (fenced)."""
+
+
+# ---------------------------------------------------------------------------- consumer groups
+
+
+class GroupError(SparkLogError):
+    """A consumer-group request the coordinator refuses (one subclass per reason)."""
+
+
+class InvalidGroupIdError(GroupError):
+    """The group id is empty."""
+
+
+class InvalidSessionTimeoutError(GroupError):
+    """A member's session timeout is outside the broker's allowed range."""
+
+
+class InconsistentGroupProtocolError(GroupError):
+    """A member's protocol type or protocols share nothing with the group's."""
+
+
+class FencedInstanceIdError(GroupError):
+    """A static member's instance id now belongs to a newer member id."""
+
+
+class UnknownMemberIdError(GroupError):
+    """The member id is not (or no longer) a member of the group."""
+
+
+class IllegalGenerationError(GroupError):
+    """A request carries a generation other than the group's current one."""
+
+
+class RebalanceInProgressError(GroupError):
+    """The group is rebalancing: the member must rejoin first."""
+
+
+class NonEmptyGroupError(GroupError):
+    """A group with active members cannot be deleted."""
+
+
+class GroupNotFoundError(GroupError):
+    """No group with this id has members or committed offsets."""
+
+
+# ---------------------------------------------------------------------------- wire, client
+
+
+class FrameError(SparkLogError):
+    """A request frame that cannot be parsed: the connection is closed."""
+
+
+class KafkaConnectionError(SparkLogError, ConnectionError):
+    """sparklog's Kafka client cannot reach a broker, or the connection broke."""
+
+
+class KafkaRequestError(SparkLogError):
+    """A broker answered a request of sparklog's own client with an error code."""
+
+    def __init__(self, what: str, code: int, message: str | None = None) -> None:
+        name = getattr(code, "name", str(code))
+        super().__init__(f"{what}: {name.upper()}" + (f" ({message})" if message else ""))
+        self.code = code
+
+
+# ---------------------------------------------------------------------------- Spark DataSource
+
+
+class OptionError(SparkLogError, ValueError):
+    """A format("sparklog") option is unknown, malformed or contradicts another."""
+
+
+class SinkWriteError(SparkLogError):
+    """The Spark sink could not write its records through the broker."""
+
+
+# ---------------------------------------------------------------------------- jobs, tools
+
+
+class ExportUsageError(SparkLogError, ValueError):
+    """An export's arguments are missing, malformed or contradict each other."""
+
+
+class DemoCheckError(SparkLogError):
+    """A step of the demo does not match the model of what was produced."""

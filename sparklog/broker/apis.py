@@ -1,7 +1,8 @@
 """The Kafka APIs this broker implements, the versions it advertises, and their handlers.
 
 Ranges are those current clients negotiate and that the handlers implement in full:
-Produce stops at v9 and Fetch at v12 because v13+ name topics by id only.
+Produce stops at v9 and Fetch at v12 because v13+ name topics by id only. ApiVersions is
+answered here, from the table itself.
 """
 
 from __future__ import annotations
@@ -10,15 +11,11 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from sparklog.broker.handlers import (
-    RequestContext,
-    admin,
-    cluster,
-    fetch,
-    groups,
-    offsets,
-    produce,
-)
+from kio.schema.errors import ErrorCode
+
+from sparklog.broker.context import RequestContext
+from sparklog.broker.handlers import admin, cluster, fetch, groups, offsets, produce
+from sparklog.kafka.wire import ApiKey
 
 Handler = Callable[[RequestContext, Any, Any], Awaitable[dict[str, Any] | None]]
 
@@ -31,26 +28,45 @@ class Api:
     handler: Handler
 
 
+def api_versions(error: ErrorCode = ErrorCode.none) -> dict[str, Any]:
+    """The ApiVersions response: every API of ``APIS`` with its version range."""
+    return {
+        "error_code": error,
+        "api_keys": [
+            {"api_key": key, "min_version": api.min_version, "max_version": api.max_version}
+            for key, api in sorted(APIS.items())
+        ],
+        "throttle_time": 0,
+    }
+
+
+async def _api_versions(ctx: RequestContext, header: Any, req: Any) -> dict[str, Any]:
+    name = getattr(req, "client_software_name", None)
+    if name:
+        ctx.connection.client_software = (name, getattr(req, "client_software_version", ""))
+    return api_versions()
+
+
 APIS: dict[int, Api] = {
-    0: Api("Produce", 3, 9, produce.produce),
-    1: Api("Fetch", 4, 12, fetch.fetch),
-    2: Api("ListOffsets", 1, 7, offsets.list_offsets),
-    3: Api("Metadata", 1, 12, cluster.metadata),
-    8: Api("OffsetCommit", 2, 8, groups.offset_commit),
-    9: Api("OffsetFetch", 1, 8, groups.offset_fetch),
-    10: Api("FindCoordinator", 0, 4, groups.find_coordinator),
-    11: Api("JoinGroup", 0, 9, groups.join_group),
-    12: Api("Heartbeat", 0, 4, groups.heartbeat),
-    13: Api("LeaveGroup", 0, 5, groups.leave_group),
-    14: Api("SyncGroup", 0, 5, groups.sync_group),
-    15: Api("DescribeGroups", 0, 5, groups.describe_groups),
-    16: Api("ListGroups", 0, 4, groups.list_groups),
-    18: Api("ApiVersions", 0, 3, cluster.api_versions),
-    19: Api("CreateTopics", 2, 7, admin.create_topics),
-    20: Api("DeleteTopics", 1, 5, admin.delete_topics),
-    21: Api("DeleteRecords", 0, 2, offsets.delete_records),
-    22: Api("InitProducerId", 0, 4, admin.init_producer_id),
-    32: Api("DescribeConfigs", 1, 4, admin.describe_configs),
-    37: Api("CreatePartitions", 0, 3, admin.create_partitions),
-    42: Api("DeleteGroups", 0, 2, groups.delete_groups),
+    ApiKey.PRODUCE: Api("Produce", 3, 9, produce.produce),
+    ApiKey.FETCH: Api("Fetch", 4, 12, fetch.fetch),
+    ApiKey.LIST_OFFSETS: Api("ListOffsets", 1, 7, offsets.list_offsets),
+    ApiKey.METADATA: Api("Metadata", 1, 12, cluster.metadata),
+    ApiKey.OFFSET_COMMIT: Api("OffsetCommit", 2, 8, groups.offset_commit),
+    ApiKey.OFFSET_FETCH: Api("OffsetFetch", 1, 8, groups.offset_fetch),
+    ApiKey.FIND_COORDINATOR: Api("FindCoordinator", 0, 4, groups.find_coordinator),
+    ApiKey.JOIN_GROUP: Api("JoinGroup", 0, 9, groups.join_group),
+    ApiKey.HEARTBEAT: Api("Heartbeat", 0, 4, groups.heartbeat),
+    ApiKey.LEAVE_GROUP: Api("LeaveGroup", 0, 5, groups.leave_group),
+    ApiKey.SYNC_GROUP: Api("SyncGroup", 0, 5, groups.sync_group),
+    ApiKey.DESCRIBE_GROUPS: Api("DescribeGroups", 0, 5, groups.describe_groups),
+    ApiKey.LIST_GROUPS: Api("ListGroups", 0, 4, groups.list_groups),
+    ApiKey.API_VERSIONS: Api("ApiVersions", 0, 3, _api_versions),
+    ApiKey.CREATE_TOPICS: Api("CreateTopics", 2, 7, admin.create_topics),
+    ApiKey.DELETE_TOPICS: Api("DeleteTopics", 1, 5, admin.delete_topics),
+    ApiKey.DELETE_RECORDS: Api("DeleteRecords", 0, 2, offsets.delete_records),
+    ApiKey.INIT_PRODUCER_ID: Api("InitProducerId", 0, 4, admin.init_producer_id),
+    ApiKey.DESCRIBE_CONFIGS: Api("DescribeConfigs", 1, 4, admin.describe_configs),
+    ApiKey.CREATE_PARTITIONS: Api("CreatePartitions", 0, 3, admin.create_partitions),
+    ApiKey.DELETE_GROUPS: Api("DeleteGroups", 0, 2, groups.delete_groups),
 }

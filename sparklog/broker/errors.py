@@ -1,49 +1,58 @@
-"""The one table from sparklog errors to Kafka error codes."""
+"""The one table from sparklog errors to Kafka error codes.
+
+Every handler turns a refused request into its Kafka code here (``error_code``); no error
+class carries a code of its own. The first matching row wins, so subclasses come before
+their bases, and ``ValueError`` (a bad argument anywhere) is last.
+"""
 
 from __future__ import annotations
 
 from kio.schema.errors import ErrorCode
 
-from sparklog import errors
-from sparklog.broker.batches import BatchError
-from sparklog.broker.producers import (
-    DuplicateSequenceError,
-    InvalidProducerEpochError,
-    OutOfOrderSequenceError,
-    UnknownProducerError,
-)
+from sparklog import errors as e
 
 _BY_CLASS: tuple[tuple[type[BaseException], ErrorCode], ...] = (
-    (errors.InvalidTopicError, ErrorCode.invalid_topic_exception),
-    (errors.UnknownTopicError, ErrorCode.unknown_topic_or_partition),
-    (errors.UnknownPartitionError, ErrorCode.unknown_topic_or_partition),
-    (errors.TopicExistsError, ErrorCode.topic_already_exists),
-    (errors.InvalidConfigError, ErrorCode.invalid_config),
-    (errors.RecordTooLargeError, ErrorCode.message_too_large),
-    (errors.InvalidRecordsError, ErrorCode.invalid_record),
-    (errors.OffsetOutOfRangeError, ErrorCode.offset_out_of_range),
-    (errors.CorruptSegmentError, ErrorCode.kafka_storage_error),
-    (errors.CorruptMetadataError, ErrorCode.kafka_storage_error),
-    (errors.LogClosedError, ErrorCode.not_leader_or_follower),
-    (OutOfOrderSequenceError, ErrorCode.out_of_order_sequence_number),
-    (InvalidProducerEpochError, ErrorCode.invalid_producer_epoch),
-    (DuplicateSequenceError, ErrorCode.duplicate_sequence_number),
-    (UnknownProducerError, ErrorCode.unknown_producer_id),
+    # storage and topics
+    (e.InvalidTopicError, ErrorCode.invalid_topic_exception),
+    (e.UnknownTopicError, ErrorCode.unknown_topic_or_partition),
+    (e.UnknownPartitionError, ErrorCode.unknown_topic_or_partition),
+    (e.TopicExistsError, ErrorCode.topic_already_exists),
+    (e.InvalidConfigError, ErrorCode.invalid_config),
+    (e.RecordTooLargeError, ErrorCode.message_too_large),
+    (e.InvalidRecordsError, ErrorCode.invalid_record),
+    (e.OffsetOutOfRangeError, ErrorCode.offset_out_of_range),
+    (e.CorruptSegmentError, ErrorCode.kafka_storage_error),
+    (e.CorruptMetadataError, ErrorCode.kafka_storage_error),
+    (e.LogClosedError, ErrorCode.not_leader_or_follower),
+    (e.LeaseLostError, ErrorCode.not_leader_or_follower),
+    # record batches a producer sent
+    (e.CorruptBatchError, ErrorCode.corrupt_message),
+    (e.UnsupportedMagicError, ErrorCode.unsupported_for_message_format),
+    (e.BatchTooLargeError, ErrorCode.message_too_large),
+    (e.InvalidBatchError, ErrorCode.invalid_record),
+    (e.UnsupportedBatchError, ErrorCode.invalid_record),
+    # idempotent producers
+    (e.OutOfOrderSequenceError, ErrorCode.out_of_order_sequence_number),
+    (e.InvalidProducerEpochError, ErrorCode.invalid_producer_epoch),
+    (e.DuplicateSequenceError, ErrorCode.duplicate_sequence_number),
+    (e.UnknownProducerError, ErrorCode.unknown_producer_id),
+    # consumer groups
+    (e.InvalidGroupIdError, ErrorCode.invalid_group_id),
+    (e.InvalidSessionTimeoutError, ErrorCode.invalid_session_timeout),
+    (e.InconsistentGroupProtocolError, ErrorCode.inconsistent_group_protocol),
+    (e.FencedInstanceIdError, ErrorCode.fenced_instance_id),
+    (e.UnknownMemberIdError, ErrorCode.unknown_member_id),
+    (e.IllegalGenerationError, ErrorCode.illegal_generation),
+    (e.RebalanceInProgressError, ErrorCode.rebalance_in_progress),
+    (e.NonEmptyGroupError, ErrorCode.non_empty_group),
+    (e.GroupNotFoundError, ErrorCode.group_id_not_found),
+    # anything else a caller got wrong
     (ValueError, ErrorCode.invalid_request),
 )
-_BATCH_KINDS = {
-    "corrupt": ErrorCode.corrupt_message,
-    "magic": ErrorCode.unsupported_for_message_format,
-    "too_large": ErrorCode.message_too_large,
-    "invalid": ErrorCode.invalid_record,
-    "unsupported": ErrorCode.invalid_record,
-}
 
 
 def error_code(exc: BaseException) -> ErrorCode:
     """The Kafka error code for ``exc`` (UNKNOWN_SERVER_ERROR for anything unexpected)."""
-    if isinstance(exc, BatchError):
-        return _BATCH_KINDS[exc.kind]
     for cls, code in _BY_CLASS:
         if isinstance(exc, cls):
             return code

@@ -20,7 +20,8 @@ id (a standalone client, a Spark query, an admin reset) is accepted only while t
 has no members; otherwise the member must be known (UNKNOWN_MEMBER_ID) and the generation
 current (ILLEGAL_GENERATION), and commits during CompletingRebalance get
 REBALANCE_IN_PROGRESS. As in Kafka's classic protocol, ownership of the committed partition
-is not checked. Committed offsets live in ``sparklog.broker.offsets.OffsetStore``.
+is not checked. Committed offsets live in ``sparklog.broker.offsets.OffsetStore``. Refusals raise a
+``sparklog.errors.GroupError`` subclass; ``sparklog.broker.errors`` maps it to its code.
 All of this runs on the broker's event loop; no locks.
 """
 
@@ -36,6 +37,19 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from sparklog.broker.errors import error_code
+from sparklog.errors import (
+    FencedInstanceIdError,
+    GroupError,
+    IllegalGenerationError,
+    InconsistentGroupProtocolError,
+    InvalidGroupIdError,
+    InvalidSessionTimeoutError,
+    NonEmptyGroupError,
+    RebalanceInProgressError,
+    UnknownMemberIdError,
+)
+
 log = logging.getLogger(__name__)
 
 
@@ -45,14 +59,6 @@ class State(Enum):
     COMPLETING = "CompletingRebalance"
     STABLE = "Stable"
     DEAD = "Dead"
-
-
-class GroupError(Exception):
-    """A group request refused with ``code``."""
-
-    def __init__(self, code: ErrorCode, message: str = "") -> None:
-        super().__init__(message or code.name)
-        self.code = code
 
 
 @dataclass
@@ -146,10 +152,9 @@ class GroupCoordinator:
 
     async def join(self, req: JoinRequest) -> dict[str, Any]:
         if not req.group_id:
-            raise GroupError(ErrorCode.invalid_group_id, "group id is empty")
+            raise InvalidGroupIdError("group id is empty")
         if not self.min_session_ms <= req.session_timeout_ms <= self.max_session_ms:
-            raise GroupError(
-                ErrorCode.invalid_session_timeout,
+            raise InvalidSessionTimeoutError(
                 f"session timeout {req.session_timeout_ms} ms is outside "
                 f"[{self.min_session_ms}, {self.max_session_ms}]",
             )
@@ -162,18 +167,29 @@ class GroupCoordinator:
                 or not {n for n, _ in req.protocols} & self._candidate_protocols(group)
             )
         ):
-            raise GroupError(ErrorCode.inconsistent_group_protocol)
+            raise InconsistentGroupProtocolError(
+                f"group {req.group_id!r}: protocol type {req.protocol_type!r} or protocols "
+                f"{[n for n, _ in req.protocols]} share nothing with the group's"
+            )
         member_id = req.member_id
         if req.group_instance_id is not None:
             old = group.static.get(req.group_instance_id)
             if member_id and old is not None and member_id != old:
-                raise GroupError(ErrorCode.fenced_instance_id)
+                raise FencedInstanceIdError(
+                    f"group {req.group_id!r}: instance {req.group_instance_id!r} belongs to "
+                    f"member {old!r} now"
+                )
             if not member_id:
                 member_id = f"{req.group_instance_id}-{uuid.uuid4()}"
                 if old is not None and old in group.members:
                     # a restarted static member takes over its old place
                     prev = group.members.pop(old)
-                    self._fail(prev, ErrorCode.fenced_instance_id)
+                    self._fail(
+                        prev,
+                        FencedInstanceIdError(
+                            f"instance {req.group_instance_id!r} rejoined as {member_id!r}"
+                        ),
+                    )
                     if group.leader_id == old:
                         group.leader_id = member_id
                 group.static[req.group_instance_id] = member_id
@@ -183,7 +199,7 @@ class GroupCoordinator:
                 group.pending_ids[member_id] = time.monotonic() + req.session_timeout_ms / 1000
                 return self._join_error(ErrorCode.member_id_required, member_id)
         elif member_id not in group.members and member_id not in group.pending_ids:
-            raise GroupError(ErrorCode.unknown_member_id)
+            raise UnknownMemberIdError(f"group {req.group_id!r} has no member {member_id!r}")
         group.pending_ids.pop(member_id, None)
         member = group.members.get(member_id)
         if member is None:
@@ -228,7 +244,7 @@ class GroupCoordinator:
     def _prepare_rebalance(self, group: Group, reason: str) -> None:
         if group.state == State.COMPLETING:
             for m in group.members.values():
-                self._fail_sync(m, ErrorCode.rebalance_in_progress)
+                self._fail_sync(m, RebalanceInProgressError(f"group {group.group_id!r}: {reason}"))
         if group.state != State.PREPARING:
             log.info("group %s: rebalancing (%s)", group.group_id, reason)
             delay = self.initial_delay_s if group.state == State.EMPTY else 0.0
@@ -337,14 +353,24 @@ class GroupCoordinator:
     ) -> tuple[Group, Member]:
         group = self.groups.get(group_id)
         if group is None or group.state == State.DEAD:
-            raise GroupError(ErrorCode.unknown_member_id, f"group {group_id!r} is unknown")
+            raise UnknownMemberIdError(f"group {group_id!r} is unknown")
         if instance_id is not None and group.static.get(instance_id, member_id) != member_id:
-            raise GroupError(ErrorCode.fenced_instance_id)
+            raise FencedInstanceIdError(
+                f"group {group_id!r}: instance {instance_id!r} belongs to another member now"
+            )
         member = group.members.get(member_id)
         if member is None:
-            raise GroupError(ErrorCode.unknown_member_id)
+            raise UnknownMemberIdError(f"group {group_id!r} has no member {member_id!r}")
         member.last_seen = time.monotonic()
         return group, member
+
+    def _check_generation(self, group: Group, generation: int, rebalancing: State) -> None:
+        if generation != group.generation:
+            raise IllegalGenerationError(
+                f"group {group.group_id!r} is at generation {group.generation}, not {generation}"
+            )
+        if group.state == rebalancing:
+            raise RebalanceInProgressError(f"group {group.group_id!r} is rebalancing")
 
     async def sync(
         self,
@@ -355,10 +381,7 @@ class GroupCoordinator:
         assignments: dict[str, bytes],
     ) -> tuple[bytes, Group]:
         group, member = self._member(group_id, member_id, instance_id)
-        if generation != group.generation:
-            raise GroupError(ErrorCode.illegal_generation)
-        if group.state == State.PREPARING:
-            raise GroupError(ErrorCode.rebalance_in_progress)
+        self._check_generation(group, generation, State.PREPARING)
         if group.state == State.STABLE:
             return member.assignment, group
         if member_id == group.leader_id:
@@ -378,22 +401,18 @@ class GroupCoordinator:
         self, group_id: str, member_id: str, instance_id: str | None, generation: int
     ) -> None:
         group, _member = self._member(group_id, member_id, instance_id)
-        if generation != group.generation:
-            raise GroupError(ErrorCode.illegal_generation)
-        if group.state == State.PREPARING:
-            raise GroupError(ErrorCode.rebalance_in_progress)
+        self._check_generation(group, generation, State.PREPARING)
 
-    def leave(self, group_id: str, member_id: str, instance_id: str | None) -> ErrorCode:
+    def leave(self, group_id: str, member_id: str, instance_id: str | None) -> None:
         group = self.groups.get(group_id)
         if group is None:
-            return ErrorCode.unknown_member_id
+            raise UnknownMemberIdError(f"group {group_id!r} is unknown")
         if instance_id is not None and not member_id:
             member_id = group.static.get(instance_id, "")
         if member_id not in group.members:
-            return ErrorCode.unknown_member_id
+            raise UnknownMemberIdError(f"group {group_id!r} has no member {member_id!r}")
         self._remove(group, member_id)
         self._after_removal(group, f"member {member_id} left")
-        return ErrorCode.none
 
     def _remove(self, group: Group, member_id: str) -> None:
         m = group.members.pop(member_id, None)
@@ -401,7 +420,7 @@ class GroupCoordinator:
             return
         if m.group_instance_id is not None and group.static.get(m.group_instance_id) == member_id:
             del group.static[m.group_instance_id]
-        self._fail(m, ErrorCode.unknown_member_id)
+        self._fail(m, UnknownMemberIdError(f"member {member_id!r} left the group"))
         if group.leader_id == member_id:
             group.leader_id = None
 
@@ -412,14 +431,14 @@ class GroupCoordinator:
         elif group.state == State.PREPARING:
             self._maybe_complete(group)
 
-    def _fail(self, m: Member, code: ErrorCode) -> None:
+    def _fail(self, m: Member, exc: GroupError) -> None:
         if m.join_future is not None and not m.join_future.done():
-            m.join_future.set_result(self._join_error(code, m.member_id))
-        self._fail_sync(m, code)
+            m.join_future.set_result(self._join_error(error_code(exc), m.member_id))
+        self._fail_sync(m, exc)
 
-    def _fail_sync(self, m: Member, code: ErrorCode) -> None:
+    def _fail_sync(self, m: Member, exc: GroupError) -> None:
         if m.sync_future is not None and not m.sync_future.done():
-            m.sync_future.set_exception(GroupError(code))
+            m.sync_future.set_exception(exc)
         m.sync_future = None
 
     async def _expire_loop(self) -> None:
@@ -453,31 +472,28 @@ class GroupCoordinator:
     ) -> None:
         """Raise GroupError unless this commit may proceed (see the module docstring)."""
         if not group_id:
-            raise GroupError(ErrorCode.invalid_group_id)
+            raise InvalidGroupIdError("group id is empty")
         group = self.groups.get(group_id)
         if generation < 0 and not member_id:
             if group is not None and group.members:
-                raise GroupError(
-                    ErrorCode.unknown_member_id,
+                raise UnknownMemberIdError(
                     f"group {group_id!r} has active members; a commit without a generation "
                     "is allowed only while it is empty",
                 )
             return
         if group is None or member_id not in group.members:
-            raise GroupError(ErrorCode.unknown_member_id)
+            raise UnknownMemberIdError(f"group {group_id!r} has no member {member_id!r}")
         if instance_id is not None and group.static.get(instance_id) != member_id:
-            raise GroupError(ErrorCode.fenced_instance_id)
-        if generation != group.generation:
-            raise GroupError(ErrorCode.illegal_generation)
-        if group.state == State.COMPLETING:
-            raise GroupError(ErrorCode.rebalance_in_progress)
+            raise FencedInstanceIdError(
+                f"group {group_id!r}: instance {instance_id!r} belongs to another member now"
+            )
+        self._check_generation(group, generation, State.COMPLETING)
         group.members[member_id].last_seen = time.monotonic()
 
-    def delete(self, group_id: str) -> ErrorCode:
+    def delete(self, group_id: str) -> None:
         group = self.groups.get(group_id)
         if group is not None and group.members:
-            return ErrorCode.non_empty_group
+            raise NonEmptyGroupError(f"group {group_id!r} has {len(group.members)} members")
         if group is not None:
             group.state = State.DEAD
             del self.groups[group_id]
-        return ErrorCode.none

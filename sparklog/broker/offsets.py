@@ -25,7 +25,6 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-from sparklog.broker.batches import DecodedBatch
 from sparklog.broker.partitions import PartitionManager
 from sparklog.errors import UnknownTopicError
 
@@ -110,15 +109,13 @@ class OffsetStore:
     async def _write(self, group: str, records: Sequence[tuple[bytes, bytes | None]]) -> None:
         partition = zlib.crc32(group.encode()) % OFFSETS_PARTITIONS
         handle = self.manager.partition(OFFSETS_TOPIC, partition)
-        n = len(records)
         batch = pa.RecordBatch.from_arrays(
             [pa.array([k for k, _ in records], pa.binary()),
              pa.array([v for _, v in records], pa.binary())],
             names=["key", "value"],
         )  # fmt: skip
-        decoded = DecodedBatch(batch, -1, -1, -1, n, -1, 0, 0)
-        outcome = self.manager.append(handle, decoded)
-        await self.manager.wait_durable(handle, outcome.base_offset + n)
+        result = handle.log.append(batch, durable=False)
+        await self.manager.wait_durable(handle, result.last_offset + 1)
         for k, v in records:
             self._apply(k, v)
 

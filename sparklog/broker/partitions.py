@@ -1,35 +1,29 @@
-"""The broker's view of its partitions: open logs, idempotence state, durability, waiters.
+"""The broker's view of its partitions: open logs, their leader epochs, fetch waiters.
 
-Everything here runs on the broker's event loop thread, except fsyncs, which run on a small
-thread pool so that appends (and other partitions) go on meanwhile. Group commit: produce
-requests waiting on the same partition share one fsync (``wait_durable``): while an fsync
-is running, newcomers queue; the next fsync covers all of them.
+Everything here runs on the broker's event loop thread. Durability is the log's own
+(``PartitionLog``'s group commit, on storage's threads): ``wait_durable`` awaits it, and the
+log tells the broker when its high watermark moves, which wakes fetch long-polls. So is
+idempotence: an idempotent producer's batch is checked and appended in one step by the log.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Iterable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-from sparklog.broker.batches import DecodedBatch
 from sparklog.broker.config import BrokerConfig
-from sparklog.broker.producers import ProducerIdAllocator, ProducerStates
-from sparklog.errors import CorruptMetadataError, UnknownTopicError
+from sparklog.broker.producer_ids import ProducerIdAllocator
+from sparklog.errors import UnknownTopicError
+from sparklog.kafka.records import DecodedBatch
 from sparklog.storage import Storage, names
-from sparklog.storage.log import PartitionLog
+from sparklog.storage.log import AppendResult, PartitionLog
+from sparklog.storage.producers import ProducerBatch
 from sparklog.storage.topics import TopicMeta
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class AppendOutcome:
-    base_offset: int
-    log_append_time_ms: int
-    duplicate: bool = False
 
 
 @dataclass
@@ -40,10 +34,6 @@ class PartitionHandle:
     partition: int
     log: PartitionLog
     leader_epoch: int
-    producers: ProducerStates
-    active_base: int = 0
-    pending: list[tuple[int, asyncio.Future[None]]] = field(default_factory=list)
-    syncing: bool = False
     waiters: list[asyncio.Future[None]] = field(default_factory=list)
 
     @property
@@ -60,7 +50,6 @@ class PartitionManager:
         self.handles: dict[tuple[str, int], PartitionHandle] = {}
         self._topics: dict[str, TopicMeta] = {}
         self.producer_ids = ProducerIdAllocator(storage.fs, storage.root)
-        self._sync_pool = ThreadPoolExecutor(4, thread_name_prefix="sparklog-fsync")
         for name in storage.topics.list():
             self._topics[name] = storage.topics.get(name)
 
@@ -103,7 +92,7 @@ class PartitionManager:
         for p in range(meta.partitions):
             handle = self.handles.pop((name, p), None)
             if handle is not None:
-                self._fail_waiters(handle, UnknownTopicError(f"topic {name!r} was deleted"))
+                self.notify(handle)
                 handle.log.close()
         self.storage.topics.delete(name)
         del self._topics[name]
@@ -129,99 +118,31 @@ class PartitionManager:
             writer=f"broker:{self.config.node_id}",
         )
         epoch = plog.bump_leader_epoch()
-        handle = PartitionHandle(
-            topic,
-            partition,
-            plog,
-            epoch,
-            self._load_producers(plog),
-            active_base=plog.manifest.active.base_offset,
-        )
+        handle = PartitionHandle(topic, partition, plog, epoch)
+        loop = asyncio.get_running_loop()
+        plog.on_durable(lambda _pos: self._wake(loop, handle))
         self.handles[(topic, partition)] = handle
         return handle
 
-    def _load_producers(self, plog: PartitionLog) -> ProducerStates:
-        path = plog.fs.join(plog.path, names.PRODUCER_STATE_FILE)
-        states = ProducerStates()
-        try:
-            states = ProducerStates.from_json(plog.fs.read_bytes(path), path)
-        except FileNotFoundError:
-            pass
-        except CorruptMetadataError as e:
-            log.warning("%s; rebuilding producer state from the log", e)
-            states = ProducerStates()
-        start = max(states.covered_offset, plog.log_start_offset)
-        if start < plog.high_watermark:
-            states.replay(list(plog.batches(start)))
-        return states
+    def _wake(self, loop: asyncio.AbstractEventLoop, handle: PartitionHandle) -> None:
+        """The log's high watermark moved (called on the syncing thread)."""
+        with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits any more
+            loop.call_soon_threadsafe(self.notify, handle)
 
-    def _snapshot_producers(self, handle: PartitionHandle) -> None:
-        path = handle.log.fs.join(handle.log.path, names.PRODUCER_STATE_FILE)
-        handle.log.fs.write_atomic(path, handle.producers.to_json())
-
-    def append(self, handle: PartitionHandle, batch: DecodedBatch) -> AppendOutcome:
-        """Append one decoded produce batch (not yet durable). Runs on the loop thread, so
-        the idempotence check and the append are one atomic step."""
+    def append(self, handle: PartitionHandle, batch: DecodedBatch) -> AppendResult:
+        """Append one decoded produce batch (not yet durable)."""
+        producer = None
         if batch.producer_id >= 0:
-            dup = handle.producers.check(
-                batch.producer_id,
-                batch.producer_epoch,
-                batch.base_sequence,
-                batch.count,
-                handle.label,
+            producer = ProducerBatch(
+                batch.producer_id, batch.producer_epoch, batch.base_sequence, batch.count
             )
-            if dup is not None:
-                return AppendOutcome(dup.first_offset, -1, duplicate=True)
-        result = handle.log.append(batch.records, durable=False)
-        if batch.producer_id >= 0:
-            handle.producers.update(
-                batch.producer_id,
-                batch.producer_epoch,
-                batch.base_sequence,
-                batch.count,
-                result.base_offset,
-            )
-        else:
-            handle.producers.covered_offset = result.last_offset + 1
-        active = handle.log.manifest.active.base_offset
-        if active != handle.active_base:  # rolled: snapshot, so replay after a crash is short
-            handle.active_base = active
-            self._snapshot_producers(handle)
-        return AppendOutcome(result.base_offset, result.log_append_time_ms)
+        return handle.log.append(batch.records, producer=producer, durable=False)
 
     async def wait_durable(self, handle: PartitionHandle, next_offset: int) -> None:
+        """Return once every offset of the partition below ``next_offset`` is fsynced."""
         if handle.log.high_watermark >= next_offset:
             return
-        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        handle.pending.append((next_offset, fut))
-        if not handle.syncing:
-            handle.syncing = True
-            asyncio.get_running_loop().create_task(self._sync_loop(handle))
-        await fut
-
-    async def _sync_loop(self, handle: PartitionHandle) -> None:
-        loop = asyncio.get_running_loop()
-        try:
-            while handle.pending:
-                await loop.run_in_executor(self._sync_pool, handle.log.sync)
-                hw = handle.log.high_watermark
-                still = []
-                for off, fut in handle.pending:
-                    if off <= hw:
-                        if not fut.done():
-                            fut.set_result(None)
-                    else:
-                        still.append((off, fut))
-                handle.pending = still
-                self.notify(handle)
-        except Exception as e:
-            log.exception("%s: fsync failed", handle.label)
-            for _, fut in handle.pending:
-                if not fut.done():
-                    fut.set_exception(e)
-            handle.pending = []
-        finally:
-            handle.syncing = False
+        await asyncio.wrap_future(handle.log.durable_future(next_offset))
 
     # ------------------------------------------------------------------ fetch waiters
 
@@ -230,12 +151,6 @@ class PartitionManager:
         for fut in waiters:
             if not fut.done():
                 fut.set_result(None)
-
-    def _fail_waiters(self, handle: PartitionHandle, exc: Exception) -> None:
-        for _, fut in handle.pending:
-            if not fut.done():
-                fut.set_exception(exc)
-        self.notify(handle)
 
     async def wait_for_data(self, handles: Iterable[PartitionHandle], timeout_s: float) -> None:
         """Return when any of ``handles`` gets new visible records, or after ``timeout_s``."""
@@ -285,11 +200,7 @@ class PartitionManager:
     def close(self) -> None:
         for handle in self.handles.values():
             try:
-                handle.log.sync()
-                handle.producers.covered_offset = handle.log.log_end_offset
-                self._snapshot_producers(handle)
-                handle.log.close()
+                handle.log.close()  # syncs, records the recovery point and producer snapshot
             except Exception:
                 log.exception("%s: close failed", handle.label)
         self.handles.clear()
-        self._sync_pool.shutdown(wait=True)

@@ -3,8 +3,9 @@
 ``compact(spark, root, topics)`` runs these steps (crash points in brackets; what the log
 holds if the job dies there):
 
-1. Driver: take the topic's compaction lock (local disks), read each partition's latest
-   manifest and plan it (``planner.plan_compaction``). Nothing is written.
+1. Driver: take the topic's compaction lease (``sparklog.storage.lease``), read each
+   partition's latest manifest and plan it (``planner.plan_compaction``). Nothing is
+   written.
 2. Spark, one task per input segment: the last offset of every key in the segment
    (``rewrite.last_offsets``); then a Spark aggregation over all of them keeps the largest
    offset per (partition, key): the *winners*, counted per segment.
@@ -19,9 +20,10 @@ holds if the job dies there):
    contiguous); every output is checked against the winners counted in step 2.
    [compaction.after_write: every new file is written and fsynced, nothing is committed:
    the old set everywhere, the new files orphans.]
-6. Driver, per partition: commit the swap of the section for the outputs, with the
-   ``cleaned`` marks updated, as the next manifest version (``ManifestStore.commit``:
-   create-if-absent; the transform re-checks that every input is still live). If retention
+6. Driver, per partition: commit ``transforms.Compact`` - the section swapped for the
+   outputs, the ``cleaned`` marks updated - as the next manifest version
+   (``ManifestStore.commit``: create-if-absent; the transform re-checks that every input is
+   still live). If retention
    or another writer dropped an input meanwhile the partition is reported as a conflict and
    its outputs stay orphans.
    [compaction.after_commit: after each partition's commit. Partitions committed so far
@@ -49,9 +51,8 @@ from sparklog.compaction import planner, rewrite
 from sparklog.compaction.planner import CompactionPlan, OutputGroup
 from sparklog.compaction.rewrite import GroupResult, GroupTask, SegmentTask
 from sparklog.errors import CompactionOutputError, SegmentNotLiveError
-from sparklog.storage import Storage, crashpoints, names
-from sparklog.storage.fs.local import LocalFileSystem
-from sparklog.storage.lock import CompactionLock
+from sparklog.storage import Storage, crashpoints, names, transforms
+from sparklog.storage.lease import compaction_lease, lease_store_for
 from sparklog.storage.manifest import Manifest, ManifestStore, SegmentInfo
 from sparklog.storage.topics import TopicMeta
 
@@ -59,13 +60,6 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 Progress = Callable[[str], None]
-
-_RESULT_TYPE = (
-    "grp int, name string, records long, size_bytes long, min_timestamp long, "
-    "max_timestamp long, first_offset long, last_offset long, first_tombstone long, "
-    "tombstones_removed long"
-)
-_RESULT_FIELDS = [f.name for f in dataclasses.fields(GroupResult)]
 
 
 def _mb(n: int) -> str:
@@ -208,9 +202,7 @@ class _Write:
         if self.writer is not None:
             result = self.writer.close()
             self.writer = None
-            yield pa.table({k: [getattr(result, k)] for k in _RESULT_FIELDS}).rename_columns(
-                ["grp", *_RESULT_FIELDS[1:]]
-            )
+            yield result.to_table()
 
     def eval(self, batch: pa.RecordBatch) -> Iterator[pa.Table]:
         grp = batch.column("grp").to_pylist()
@@ -241,11 +233,6 @@ def _udtf(base: type, attr: str, value: tuple[Any, ...], return_type: str) -> An
 
 
 # ---------------------------------------------------------------------- driver
-
-
-def _root_uri(root: str, storage: Storage) -> str:
-    """The root as executors must open it: absolute for local disks, the URI otherwise."""
-    return storage.root if isinstance(storage.fs, LocalFileSystem) else root
 
 
 def _topics(storage: Storage, topics: Sequence[str] | None) -> list[TopicMeta]:
@@ -312,10 +299,10 @@ def _rewrite(
         tuple(segs),
         "grp int, first_offset long, rows long, tombstones_removed long, data binary",
     )(winners.repartition(with_winners, "seg").asTable())
-    write = _udtf(_Write, "groups", tuple(groups), _RESULT_TYPE)
+    write = _udtf(_Write, "groups", tuple(groups), rewrite.RESULT_TYPE)
     ordered = kept.repartition(len(groups), "grp").sortWithinPartitions("grp", "first_offset")
     rows = write(ordered.asTable()).collect()
-    return [GroupResult(r["grp"], *(r[k] for k in _RESULT_FIELDS[1:])) for r in rows]
+    return [GroupResult.from_row(r) for r in rows]
 
 
 def _outputs(
@@ -367,22 +354,15 @@ def _commit(
     job: _Job, outputs: list[SegmentInfo], now_ms: int, tombstones: int
 ) -> PartitionOutcome:
     """Step 6 for one partition."""
-    old = [s.name for s in job.plan.section]
-    config = job.meta.config
-
-    def transform(m: Manifest) -> Manifest:
-        nxt = m.replace(old, outputs)
-        marks = planner.updated_marks(
-            m.cleaned,
-            end_offset=job.plan.end_offset,
-            now_ms=now_ms,
-            delete_retention_ms=config.delete_retention_ms,
-            first_offset=nxt.segments[0].base_offset,
-        )
-        return dataclasses.replace(nxt, cleaned=marks)
-
+    swap = transforms.Compact(
+        tuple(s.name for s in job.plan.section),
+        tuple(outputs),
+        end_offset=job.plan.end_offset,
+        now_ms=now_ms,
+        delete_retention_ms=job.meta.config.delete_retention_ms,
+    )
     try:
-        committed = job.store.commit(transform)
+        committed = job.store.commit(swap)
     except SegmentNotLiveError as e:
         return PartitionOutcome(
             job.meta.name, job.partition, "conflict",
@@ -423,10 +403,11 @@ def compact(
     storage = Storage(root)
     metas = _topics(storage, topics)
     outcomes: list[PartitionOutcome] = []
+    leases = lease_store_for(storage)
+    holder = f"compaction job on {os.uname().nodename}"
     with contextlib.ExitStack() as stack:
-        if isinstance(storage.fs, LocalFileSystem):
-            for meta in metas:
-                stack.enter_context(CompactionLock(storage.root, meta.name))
+        for meta in metas:
+            stack.enter_context(leases.acquire(compaction_lease(meta.name), holder))
         jobs: list[_Job] = []
         for meta in metas:
             planned, skipped = _plan(storage, meta, now)
@@ -435,7 +416,7 @@ def compact(
         for o in outcomes:
             say(o.line())
         if jobs:
-            outcomes += _run(spark, storage, _root_uri(root, storage), jobs, now, say)
+            outcomes += _run(spark, storage, storage.executor_root, jobs, now, say)
     return CompactionReport(tuple(outcomes), time.monotonic() - t0)
 
 

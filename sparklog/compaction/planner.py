@@ -46,11 +46,13 @@ from dataclasses import dataclass
 
 from sparklog.storage import names
 from sparklog.storage.config import TopicConfig
-from sparklog.storage.manifest import NO_TIMESTAMP, CleanMark, Manifest, SegmentInfo
+from sparklog.storage.manifest import (
+    NO_TIMESTAMP,
+    Manifest,
+    SegmentInfo,
+    tombstone_horizon,
+)
 
-#: The longest ``cleaned`` history kept in a manifest; older marks are merged (safely:
-#: merging only ever makes a tombstone wait longer).
-MAX_CLEAN_MARKS = 64
 MAX_GENERATION = 99_999
 
 REASON_LOG_START = "below the log start offset"
@@ -158,13 +160,6 @@ class CompactionPlan:
     @property
     def records(self) -> int:
         return sum(s.records for s in self.section)
-
-
-def tombstone_horizon(marks: Iterable[CleanMark], *, now_ms: int, delete_retention_ms: int) -> int:
-    """Tombstones at offsets below the returned offset may be removed now (0: none)."""
-    return max(
-        (m.end_offset for m in marks if m.cleaned_ms + delete_retention_ms <= now_ms), default=0
-    )
 
 
 def cleanable_section(manifest: Manifest, config: TopicConfig, *, now_ms: int) -> list[SegmentInfo]:
@@ -296,33 +291,3 @@ def plan_groups(
         gen = next_generation(base, inputs, on_disk)
         groups.append(OutputGroup(tuple(inputs), names.segment_name(base, generation=gen), est))
     return tuple(groups)
-
-
-def updated_marks(
-    marks: Iterable[CleanMark],
-    *,
-    end_offset: int,
-    now_ms: int,
-    delete_retention_ms: int,
-    first_offset: int,
-    limit: int = MAX_CLEAN_MARKS,
-) -> tuple[CleanMark, ...]:
-    """The ``cleaned`` marks after a compaction at ``now_ms`` of a section ending at
-    ``end_offset``, in a log whose first segment starts at ``first_offset``.
-
-    Marks already past ``delete.retention.ms`` were swept by this compaction (its tombstone
-    horizon covered them) and merge into one; marks wholly below the log are dropped; past
-    ``limit``, the two neighbours closest in time merge into the later one (a tombstone
-    then waits a little longer, never less).
-    """
-    out = [m for m in marks if m.end_offset > first_offset]
-    if not out or end_offset > out[-1].end_offset:
-        # never earlier than the last mark: another machine's clock may run ahead of ours
-        out.append(CleanMark(end_offset, max(now_ms, out[-1].cleaned_ms if out else now_ms)))
-    expired = [m for m in out if m.cleaned_ms + delete_retention_ms <= now_ms]
-    if len(expired) > 1:
-        out = [expired[-1], *out[len(expired) :]]
-    while len(out) > limit:
-        i = min(range(len(out) - 1), key=lambda j: out[j + 1].cleaned_ms - out[j].cleaned_ms)
-        out[i : i + 2] = [out[i + 1]]
-    return tuple(out)

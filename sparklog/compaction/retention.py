@@ -4,11 +4,12 @@ wholly below the log start offset) and advance the log start offset.
 Retention reads no record and rewrites nothing: it is one manifest commit per partition, so
 it runs on the driver alone (the retention job starts no SparkSession). Per partition:
 
-1. read the active segment's size (the high-watermark checkpoint), for ``retention.bytes``;
-2. commit the next manifest version without the segments ``planner.plan_retention`` picks,
-   planned on the latest version inside the commit's transform, so a lost race (the broker
-   rolled or sealed meanwhile, a compaction swapped segments) simply re-plans: retention
-   never conflicts.                               [retention.after_commit: after each
+1. read the active segment's size (``checkpoints.active_segment_bytes``, the high-watermark
+   position), for ``retention.bytes``;
+2. commit ``transforms.DropSegments`` with the segments ``planner.plan_retention`` picks,
+   planned on the latest version inside the commit, so a lost race (the broker rolled or
+   sealed meanwhile, a compaction swapped segments) simply re-plans: retention never
+   conflicts.                               [retention.after_commit: after each
    partition's commit; partitions done so far have their new log start, the others the old]
 
 The job never deletes a file: the broker notices the new version (it watches manifests)
@@ -25,9 +26,8 @@ from dataclasses import dataclass
 
 from sparklog.compaction import planner
 from sparklog.compaction.planner import RetentionPlan
-from sparklog.errors import CorruptMetadataError
-from sparklog.storage import Storage, checkpoints, crashpoints, names
-from sparklog.storage.manifest import Manifest, ManifestStore
+from sparklog.storage import Storage, checkpoints, crashpoints, names, transforms
+from sparklog.storage.manifest import Manifest, ManifestStore, SegmentInfo
 from sparklog.storage.topics import TopicMeta
 
 Progress = Callable[[str], None]
@@ -67,16 +67,6 @@ class RetentionReport:
     seconds: float
 
 
-def _active_bytes(storage: Storage, path: str, manifest: Manifest) -> int:
-    try:
-        hwm = checkpoints.read_high_watermark(storage.fs, path)
-    except CorruptMetadataError:  # a writer died mid-write; the next run sees it again
-        return 0
-    if hwm is None or hwm.segment != manifest.active.base_offset:
-        return 0
-    return hwm.position
-
-
 def apply_partition(
     storage: Storage, meta: TopicMeta, partition: int, *, now_ms: int
 ) -> RetentionOutcome:
@@ -86,17 +76,15 @@ def apply_partition(
     before = store.latest()
     if before is None:
         return RetentionOutcome(meta.name, partition, 0, 0, 0, 0, 0, note="no log on disk yet")
-    active_bytes = _active_bytes(storage, path, before)
+    active_bytes = checkpoints.active_segment_bytes(storage.fs, path, before.active.base_offset)
     plans: list[RetentionPlan] = []
 
-    def transform(m: Manifest) -> Manifest | None:
+    def choose(m: Manifest) -> tuple[SegmentInfo, ...]:
         plan = planner.plan_retention(m, meta.config, now_ms=now_ms, active_bytes=active_bytes)
         plans.append(plan)
-        if not plan.delete:
-            return None
-        return m.replace([s.name for s in plan.delete], [])
+        return plan.delete
 
-    after = store.commit(transform)
+    after = store.commit(transforms.DropSegments(choose))
     plan = plans[-1]
     if plan.delete:
         crashpoints.hit("retention.after_commit")

@@ -15,14 +15,16 @@ Three steps, each vectorised with Arrow compute (no per-record Python):
    task (a retry, speculation) never write the same file.
 
 Only plain data crosses the Spark boundary: ``SegmentTask`` and ``GroupTask`` are frozen
-dataclasses of primitives, and results are plain rows (``GroupResult``).
+dataclasses of primitives, and results are plain rows (``GroupResult.to_table``).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import io
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -32,7 +34,7 @@ from sparklog.storage import crashpoints, names
 from sparklog.storage.fs import FileSystem, filesystem_for
 from sparklog.storage.manifest import NO_TIMESTAMP
 from sparklog.storage.records import RECORD_SCHEMA
-from sparklog.storage.sealed import ROW_GROUP_ROWS, SealedSegment, SealedWriter
+from sparklog.storage.sealed import ROW_GROUP_ROWS, SealedSegment, SealedStats, SealedWriter
 
 #: Rows deduplicated at a time in step 1 (bounds its memory to this many keys and offsets
 #: plus the distinct keys seen so far).
@@ -84,20 +86,33 @@ class GroupTask:
     row_group_rows: int = ROW_GROUP_ROWS
 
 
-@dataclass(frozen=True)
-class GroupResult:
-    """What a written output segment holds (``first_tombstone`` -1: none)."""
+#: ``GroupResult`` as the row a Spark task returns (DDL; ``to_table`` yields this order)
+RESULT_TYPE = (
+    "grp int, name string, records long, size_bytes long, min_timestamp long, "
+    "max_timestamp long, first_offset long, last_offset long, first_tombstone long, "
+    "tombstones_removed long"
+)
+_RESULT_COLUMNS = [c.split()[0] for c in RESULT_TYPE.split(", ")]
 
-    group: int
-    name: str
-    records: int
-    size_bytes: int
-    min_timestamp: int
-    max_timestamp: int
-    first_offset: int
-    last_offset: int
-    first_tombstone: int
-    tombstones_removed: int
+
+@dataclass(frozen=True)
+class GroupResult(SealedStats):
+    """A written output segment: its ``SealedStats``, the output group it is, the offset
+    of the first tombstone it kept (-1: none) and how many tombstones it dropped."""
+
+    group: int = -1
+    first_tombstone: int = -1
+    tombstones_removed: int = 0
+
+    def to_table(self) -> pa.Table:
+        values = {**dataclasses.asdict(self), "grp": self.group}
+        return pa.table({c: [values[c]] for c in _RESULT_COLUMNS})
+
+    @classmethod
+    def from_row(cls, row: Any) -> GroupResult:
+        values = {c: row[c] for c in _RESULT_COLUMNS}
+        values["group"] = values.pop("grp")
+        return cls(**values)
 
 
 def _partition_path(root: str, topic: str, partition: int) -> tuple[FileSystem, str]:
@@ -262,16 +277,10 @@ class GroupWriter:
         stats = self._writer.close()
         crashpoints.hit("compaction.after_segment_write")
         return GroupResult(
-            self.task.group,
-            self.name,
-            stats.records,
-            stats.size_bytes,
-            stats.min_timestamp,
-            stats.max_timestamp,
-            stats.first_offset,
-            stats.last_offset,
-            self._first_tombstone,
-            self._removed,
+            **dataclasses.asdict(stats),
+            group=self.task.group,
+            first_tombstone=self._first_tombstone,
+            tombstones_removed=self._removed,
         )
 
     def abandon(self) -> None:

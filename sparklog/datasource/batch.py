@@ -28,8 +28,8 @@ from pyspark.sql.datasource import (
     LessThanOrEqual,
 )
 
-from sparklog.datasource.options import BatchOptions, OptionError, Timestamps
-from sparklog.errors import OffsetOutOfRangeError, UnknownTopicError
+from sparklog.datasource.options import BatchOptions, Timestamps
+from sparklog.errors import OffsetOutOfRangeError, OptionError, UnknownTopicError
 from sparklog.storage import Storage
 from sparklog.storage.reader import LogView, PartitionReader
 

@@ -8,6 +8,8 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from sparklog.errors import OptionError
+from sparklog.kafka.client import ClientSettings
 from sparklog.storage import names
 
 EARLIEST = -2
@@ -33,10 +35,6 @@ _BATCH_OPTIONS = {
     "kafka.bootstrap.servers",
     "group",
 }
-
-
-class OptionError(ValueError):
-    """A format("sparklog") option is unknown, malformed or contradicts another."""
 
 
 @dataclass(frozen=True)
@@ -228,7 +226,7 @@ class StreamOptions:
     max_trigger_delay_ms: int
     max_records_per_partition: int
     group: str | None
-    bootstrap: str | None
+    client: ClientSettings | None
     starting_timestamps: Timestamps | None = None
     timestamp_strategy: str = "error"
     check_crcs: bool = True
@@ -269,6 +267,12 @@ def stream_options(options: Mapping[str, str]) -> StreamOptions:
     delay_ms = _duration_ms("maxTriggerDelay", opts.get("maxtriggerdelay", "15m"))
     group = opts.get("group")
     bootstrap = opts.get("kafka.bootstrap.servers")
+    client = None
+    if bootstrap:
+        try:
+            client = ClientSettings.from_options(opts, client_id="sparklog-source")
+        except ValueError as e:
+            raise OptionError(f"option kafka.bootstrap.servers: {e}") from None
     if starting == "group" and not (group and bootstrap):
         raise OptionError(
             "startingOffsets=group needs the options group and kafka.bootstrap.servers"
@@ -279,6 +283,6 @@ def stream_options(options: Mapping[str, str]) -> StreamOptions:
         )
     return StreamOptions(
         base.path, base.subscription, starting, base.fail_on_data_loss, base.include_headers,
-        max_offsets, min_offsets, delay_ms, base.max_records_per_partition, group, bootstrap,
+        max_offsets, min_offsets, delay_ms, base.max_records_per_partition, group, client,
         base.starting_timestamps, base.timestamp_strategy, base.check_crcs,
     )  # fmt: skip

@@ -1,5 +1,5 @@
 """The Spark sink's producer: Kafka record batches with an explicit, stable idempotence
-identity, sent through the broker over sparklog's small kio client.
+identity, sent through the broker over sparklog's own Kafka client (``sparklog.kafka``).
 
 Why not a Kafka client library: exactly-once across a killed and restarted query needs the
 producer id, epoch and sequence numbers of a micro-batch to be the same when the batch is
@@ -14,9 +14,6 @@ headers), so that the same records always give the same batches and sequence ran
 DUPLICATE_SEQUENCE_NUMBER (written long ago) or with its original offsets (a recent retry)
 counts as written. One request carries at most one batch per partition and waits for
 acks=all (fsynced), so batches of a partition are written in order.
-
-``murmur2_partition`` is the Java client's (and Spark's Kafka sink's) key partitioner, so a
-key lands on the partition Kafka would choose.
 """
 
 from __future__ import annotations
@@ -25,54 +22,20 @@ import time
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from aiokafka.record.default_records import DefaultRecordBatchBuilder
 from kio.schema.errors import ErrorCode
 
-from sparklog.broker.client import KafkaClient, KafkaRequestError
-from sparklog.errors import SparkLogError
+from sparklog.errors import KafkaRequestError, SinkWriteError
+from sparklog.kafka import admin
+from sparklog.kafka.client import ClientSettings, KafkaClient
+from sparklog.kafka.records import build_batch
+from sparklog.kafka.wire import ApiKey
 
-PRODUCE, METADATA, INIT_PRODUCER_ID = 0, 3, 22
 MAX_BATCH_RECORDS = 8192
 MAX_BATCH_BYTES = 768 * 1024  # below the default max.message.bytes (1 MiB + 12)
 MAX_REQUEST_BYTES = 8 * 1024 * 1024
 SEQ_MOD = 2**31
 _RECORD_OVERHEAD = 16  # varints and attributes of one record, roughly
 _WRITTEN = (ErrorCode.none, ErrorCode.duplicate_sequence_number)
-
-
-class SinkWriteError(SparkLogError):
-    """The Spark sink could not write its records through the broker."""
-
-
-def murmur2(data: bytes) -> int:
-    """Kafka's murmur2 (``org.apache.kafka.common.utils.Utils.murmur2``), as a signed int32."""
-    m, mask = 0x5BD1E995, 0xFFFFFFFF
-    length = len(data)
-    h = (0x9747B28C ^ length) & mask
-    end = length & ~3
-    for i in range(0, end, 4):
-        k = int.from_bytes(data[i : i + 4], "little")
-        k = (k * m) & mask
-        k ^= k >> 24
-        k = (k * m) & mask
-        h = ((h * m) & mask) ^ k
-    rest = length & 3
-    if rest == 3:
-        h ^= data[end + 2] << 16
-    if rest >= 2:
-        h ^= data[end + 1] << 8
-    if rest >= 1:
-        h ^= data[end]
-        h = (h * m) & mask
-    h ^= h >> 13
-    h = (h * m) & mask
-    h ^= h >> 15
-    return h - (1 << 32) if h & 0x80000000 else h
-
-
-def murmur2_partition(key: bytes, partitions: int) -> int:
-    """The partition Kafka's default partitioner gives a non-null key."""
-    return (murmur2(key) & 0x7FFFFFFF) % partitions
 
 
 def _sizes(records: pa.Table) -> list[int]:
@@ -166,27 +129,18 @@ def _encode(
     keys = part.column("key").to_pylist()
     values = part.column("value").to_pylist()
     headers = part.column("headers").to_pylist()
-    builder = DefaultRecordBatchBuilder(
-        magic=2,
-        compression_type=0,
-        is_transactional=0,
-        producer_id=pid,
-        producer_epoch=epoch,
-        base_sequence=seq,
-        batch_size=2**31 - 1,
+    rows = (
+        (i, now_ms, keys[i], values[i], [(h["key"], h["value"]) for h in headers[i] or ()])
+        for i in range(stop - start)
     )
-    for i in range(stop - start):
-        hs = [(h["key"], h["value"]) for h in headers[i]] if headers[i] else []
-        builder.append(i, now_ms, keys[i], values[i], hs)
-    return bytes(builder.build())
+    return build_batch(rows, producer_id=pid, producer_epoch=epoch, base_sequence=seq)
 
 
 class SinkProducer:
     """An idempotent producer with a caller-chosen identity. Use as a context manager."""
 
-    def __init__(self, bootstrap: str, *, timeout_s: float = 60.0) -> None:
-        self.bootstrap = bootstrap
-        self._client = KafkaClient(bootstrap, timeout_s=timeout_s, client_id="sparklog-sink")
+    def __init__(self, settings: ClientSettings) -> None:
+        self._client = KafkaClient(settings)
 
     def __enter__(self) -> SinkProducer:
         return self
@@ -196,39 +150,15 @@ class SinkProducer:
 
     def partition_counts(self, topics: list[str]) -> dict[str, int]:
         """Partitions per topic; a missing topic is created if the broker auto-creates."""
-        resp = self._client.request(
-            METADATA,
-            12,
-            {
-                "topics": [{"name": t, "topic_id": None} for t in topics],
-                "allow_auto_topic_creation": True,
-                "include_topic_authorized_operations": False,
-            },
-        )
-        out = {}
-        for t in resp.topics:
-            if t.error_code != ErrorCode.none or not t.partitions:
-                raise SinkWriteError(
-                    f"topic {t.name!r} cannot be written: {ErrorCode(t.error_code).name.upper()}"
-                    " (create it first, or let the broker auto-create topics)"
-                )
-            out[t.name] = len(t.partitions)
-        return out
+        try:
+            return admin.partition_counts(self._client, topics, auto_create=True)
+        except KafkaRequestError as e:
+            raise SinkWriteError(
+                f"{e} (create it first, or let the broker auto-create topics)"
+            ) from None
 
     def init_producer_id(self) -> tuple[int, int]:
-        resp = self._client.request(
-            INIT_PRODUCER_ID,
-            4,
-            {
-                "transactional_id": None,
-                "transaction_timeout": 60_000,
-                "producer_id": -1,
-                "producer_epoch": -1,
-            },
-        )
-        if resp.error_code != ErrorCode.none:
-            raise KafkaRequestError("init producer id", resp.error_code)
-        return int(resp.producer_id), int(resp.producer_epoch)
+        return admin.init_producer_id(self._client)
 
     def send(self, queues: dict[tuple[str, int], list[bytes]], pid: int) -> int:
         """Write queued batches (acks=all), each partition's in order: one request carries
@@ -257,7 +187,7 @@ class SinkProducer:
         for (topic, partition), data in request.items():
             by_topic.setdefault(topic, []).append({"index": partition, "records": data})
         resp = self._client.request(
-            PRODUCE,
+            ApiKey.PRODUCE,
             9,
             {
                 "transactional_id": None,

@@ -35,12 +35,15 @@ from sparklog.datasource.batch import (
     start_by_timestamp,
 )
 from sparklog.datasource.options import BatchOptions, StreamOptions
+from sparklog.kafka import admin
+from sparklog.kafka.client import KafkaClient
 from sparklog.storage import Storage
 from sparklog.storage.reader import PartitionReader
 
 log = logging.getLogger(__name__)
 
 Offsets = dict[str, dict[str, int]]
+GROUP_COMMIT_TIMEOUT_S = 10.0  # a courtesy commit must not hold a micro-batch up for long
 
 
 def _flat(offsets: Offsets) -> dict[tuple[str, int], int]:
@@ -118,11 +121,9 @@ class SparkLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if starting == "latest":
             return _nest({k: hi for k, (_lo, hi) in bounds.items()})
         if starting == "group":
-            from sparklog.broker import client as kc
-
-            assert self.options.bootstrap and self.options.group
-            with kc.KafkaClient(self.options.bootstrap) as c:
-                committed = kc.committed_offsets(c, self.options.group)
+            assert self.options.client is not None and self.options.group
+            with KafkaClient(self.options.client) as c:
+                committed = admin.committed_offsets(c, self.options.group)
             return _nest({k: committed.get(k, lo) for k, (lo, _hi) in bounds.items()})
         assert isinstance(starting, dict)
         flat = {}
@@ -208,16 +209,14 @@ class SparkLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._commit_group(end)
 
     def _commit_group(self, end: Offsets) -> None:
-        if not (self.options.group and self.options.bootstrap):
+        if not (self.options.group and self.options.client):
             return
         flat = _flat(end)
         if flat == self._committed:
             return
-        from sparklog.broker import client as kc
-
         try:
-            with kc.KafkaClient(self.options.bootstrap, timeout_s=10) as c:
-                kc.commit_offsets(c, self.options.group, flat)
+            with KafkaClient(self.options.client, timeout_s=GROUP_COMMIT_TIMEOUT_S) as c:
+                admin.commit_offsets(c, self.options.group, flat)
             self._committed = flat
         except Exception as e:  # the checkpoint is the query's truth; lag is a courtesy
             log.warning("committing offsets of group %s failed: %s", self.options.group, e)

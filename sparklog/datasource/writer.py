@@ -81,15 +81,10 @@ from pyspark.sql.types import (
     StructType,
 )
 
-from sparklog.datasource.options import OptionError
-from sparklog.datasource.producer import (
-    MAX_BATCH_BYTES,
-    PartitionStream,
-    SinkProducer,
-    SinkWriteError,
-    murmur2_partition,
-)
-from sparklog.errors import CorruptMetadataError
+from sparklog.datasource.producer import MAX_BATCH_BYTES, PartitionStream, SinkProducer
+from sparklog.errors import CorruptMetadataError, OptionError, SinkWriteError
+from sparklog.kafka.client import ClientSettings
+from sparklog.kafka.partitioner import murmur2_partition
 from sparklog.storage import crashpoints, names
 from sparklog.storage.fs import FileSystem, filesystem_for
 
@@ -99,6 +94,7 @@ STATE_DIR = "sparklog-sink"
 IDENTITY_FILE = "identity.json"
 CRASH_POINTS = ("sink.after_first_send", "sink.after_state")
 KEEP_STATES = 2
+SINK_TIMEOUT_S = 60.0  # a produce waits for the fsync of everything before it
 _BIN = pa.binary()
 _HEADERS = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
 _KNOWN = {"topic", "kafka.bootstrap.servers", "checkpointlocation", "queryname"}
@@ -108,7 +104,7 @@ _KNOWN = {"topic", "kafka.bootstrap.servers", "checkpointlocation", "queryname"}
 class WriteOptions:
     """What a write task needs: plain data, pickled to executors."""
 
-    bootstrap: str
+    client: ClientSettings
     topic: str | None
     state_dir: str | None
     batch_bytes: int = MAX_BATCH_BYTES
@@ -160,12 +156,17 @@ def write_options(options: Mapping[str, str], schema: StructType) -> WriteOption
             else ""
         )
         raise OptionError(f"unknown option(s) {unknown} for the sparklog sink{hint}")
-    bootstrap = opts.get("kafka.bootstrap.servers", "").strip()
-    if not bootstrap:
+    if not opts.get("kafka.bootstrap.servers", "").strip():
         raise OptionError(
             "the sparklog sink needs the option kafka.bootstrap.servers (writes go through "
             "the broker, which assigns offsets)"
         )
+    try:
+        client = ClientSettings.from_options(opts, client_id="sparklog-sink").with_timeout(
+            SINK_TIMEOUT_S
+        )
+    except ValueError as e:
+        raise OptionError(f"option kafka.bootstrap.servers: {e}") from None
     topic = opts.get("topic")
     if topic is not None:
         names.validate_topic_name(topic)
@@ -183,7 +184,7 @@ def write_options(options: Mapping[str, str], schema: StructType) -> WriteOption
     elif ck:
         fs, path = filesystem_for(ck)  # makes a relative path absolute, here on the driver
         state_dir = fs.join(path, STATE_DIR)
-    return WriteOptions(bootstrap, topic, state_dir, batch_bytes)
+    return WriteOptions(client, topic, state_dir, batch_bytes)
 
 
 # ---------------------------------------------------------------------------- sink state
@@ -360,7 +361,7 @@ def write_task(
         for _ in batches:  # written before this replay: drain the input, send nothing
             pass
         return SinkCommit({}, replayed=True)
-    with SinkProducer(opts.bootstrap) as producer:
+    with SinkProducer(opts.client) as producer:
         if store is not None:
             pid, epoch = store.identity(producer.init_producer_id)
         else:

@@ -15,9 +15,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from sparklog.errors import OffsetOutOfRangeError, SparkLogError, UnknownTopicError
+from sparklog.errors import (
+    ExportUsageError,
+    OffsetOutOfRangeError,
+    SparkLogError,
+    UnknownTopicError,
+)
 from sparklog.export import sinks, source
-from sparklog.export.options import ExportOptions, ExportUsageError, parse
+from sparklog.export.options import ExportOptions, parse
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

@@ -14,13 +14,10 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from sparklog.errors import ExportUsageError
 from sparklog.storage import names
 
 FORMATS = ("parquet", "delta", "avro", "json")
-
-
-class ExportUsageError(ValueError):
-    """The export's arguments are missing, malformed or contradict each other."""
 
 
 @dataclass(frozen=True)

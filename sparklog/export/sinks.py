@@ -46,8 +46,9 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from sparklog.errors import ExportUsageError
 from sparklog.export.avro import AVRO_FORMAT
-from sparklog.export.options import ExportOptions, ExportUsageError
+from sparklog.export.options import ExportOptions
 from sparklog.export.source import DELETED
 from sparklog.storage import crashpoints
 

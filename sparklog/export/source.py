@@ -22,7 +22,8 @@ from typing import TYPE_CHECKING
 
 from sparklog.datasource.batch import SparkLogBatchReader
 from sparklog.datasource.options import batch_options
-from sparklog.export.options import ExportOptions, ExportUsageError
+from sparklog.errors import ExportUsageError
+from sparklog.export.options import ExportOptions
 from sparklog.storage import Storage
 from sparklog.storage.reader import PartitionReader
 

@@ -21,7 +21,8 @@ the first bad frame, so a torn or corrupt tail leaves the longest valid prefix. 
 and time indexes of the active segment are then rebuilt from the frames. Readers in other
 processes (``read_frames``) verify every CRC they decode and never read past the end they
 are given (the high watermark). ``ActiveSegment`` is not thread-safe: ``PartitionLog``
-serialises appends.
+serialises appends; ``end`` (size and next offset, replaced as one value after each frame)
+may be read from any thread, and everything below it is written.
 """
 
 from __future__ import annotations
@@ -206,6 +207,7 @@ class ActiveSegment:
         self.size = frames[-1].end if frames else FILE_HEADER_SIZE
         self.max_timestamp = max((h.max_timestamp for h in frames), default=_NO_TIMESTAMP)
         self.frame_count = len(frames)
+        self.end = (self.size, self.next_offset)
         last_indexed = self.offset_index.values[-1] if len(self.offset_index) else None
         self._since_index = (
             self.size - last_indexed if last_indexed is not None else index_interval_bytes
@@ -300,6 +302,7 @@ class ActiveSegment:
         self.next_offset = h.next_offset
         self.max_timestamp = max(self.max_timestamp, maxts)
         self.frame_count += 1
+        self.end = (self.size, self.next_offset)
         return h
 
     def sync(self) -> None:

@@ -103,6 +103,20 @@ def read_high_watermark(fs: FileSystem, partition_path: str) -> LogPosition | No
     return read_position(fs, partition_path, names.HIGH_WATERMARK_FILE)
 
 
+def active_segment_bytes(fs: FileSystem, partition_path: str, active_base_offset: int) -> int:
+    """The bytes of the active segment readers may see (its high-watermark position), as
+    retention counts them towards ``retention.bytes``; 0 when the checkpoint is absent,
+    unreadable (a writer died mid-write: the next look sees it again) or points into
+    another segment (a roll is being committed)."""
+    try:
+        hwm = read_high_watermark(fs, partition_path)
+    except CorruptMetadataError:
+        return 0
+    if hwm is None or hwm.segment != active_base_offset:
+        return 0
+    return hwm.position
+
+
 def read_leader_epochs(fs: FileSystem, partition_path: str) -> list[tuple[int, int]]:
     path = fs.join(partition_path, names.LEADER_EPOCH_FILE)
     data = _read(fs, path)

@@ -1,13 +1,15 @@
 """Named crash points for the crash tests of multi-file changes.
 
-Each multi-file change (sealing, segment swaps, rolls, and the retention and compaction
-jobs' commits) calls ``hit(name)`` between its steps. When the environment variable
-``SPARKLOG_CRASH_AT`` equals ``name`` the process dies on the spot with
-``os._exit(CRASH_EXIT_CODE)``, as a SIGKILL would leave it: no cleanup, no flush of Python
-buffers. The tests run a child process per point and check that the log then opens with the
-old or the new state: tests/storage/test_crash_points.py for the storage points,
-tests/compaction/test_crash_points.py for the jobs' points (``compaction.*``,
-``retention.*``, listed in ``sparklog.compaction``'s modules where they are hit).
+Each multi-file change (sealing, rolls, and the retention and compaction jobs' commits)
+calls ``hit(name)`` between its steps. When the environment variable ``SPARKLOG_CRASH_AT``
+equals ``name`` the process dies on the spot with ``os._exit(CRASH_EXIT_CODE)``, as a
+SIGKILL would leave it: no cleanup, no flush of Python buffers. The tests run a child
+process per point and check that the log then opens with the old or the new state:
+tests/storage/test_crash_points.py for the storage points, tests/compaction/test_crash_points.py
+for the jobs' points (``compaction.*``, ``retention.*``, listed in ``sparklog.compaction``'s
+modules where they are hit). ``replace.*`` are the two steps of a segment swap committed by
+another process: the storage test runs a stand-in job that commits one
+(``transforms.Compact``) and hits them, to check how the log recovers from it.
 The variable is read once, at import; unset, ``hit`` is one comparison.
 """
 

@@ -99,6 +99,6 @@ def collect_garbage(
     for i, v in enumerate(versions[: max(len(versions) - keep_versions, 0)]):
         successor = by_version.get(versions[i + 1])
         if successor is None or now_ms - successor.committed_ms >= delete_delay_ms:
-            fs.delete(store.files.path(v))
+            store.files.delete(v)
             report.deleted.append(f"manifest/{names.version_name(v)}")
     return report

@@ -1,33 +1,32 @@
 """The partition log: the single writer of one partition.
 
-``PartitionLog`` appends record batches (offsets dense and monotonic), makes them durable
-with group commit (one fsync serves every append waiting on it, then the high-watermark
-checkpoint moves), rolls the active segment by size and age, seals rolled segments into
-Parquet, and serves reads through ``sparklog.storage.reader.LogView``.
+``PartitionLog`` appends record batches (offsets dense and monotonic; idempotent producers'
+batches checked against the producer state, ``sparklog.storage.producers``), makes them
+durable through its group commit (``sparklog.storage.durability``: one fsync serves every
+append waiting on it, then the high-watermark checkpoint moves), rolls the active segment by
+size and age, seals rolled segments into Parquet, and serves reads through
+``sparklog.storage.reader.LogView``. Opening it recovers the directory
+(``sparklog.storage.recovery``). Every change of the segment set is a named manifest
+transform (``sparklog.storage.transforms``).
 
 Roll (crash points in brackets; what ``open`` does after a crash there):
   1. fsync the active segment A; create the new active segment B (empty, header synced)
      [roll.after_new_file: B is an orphan .arrow file, deleted on open; A stays active]
-  2. commit a manifest version naming A rolled (its end and size) and B active
+  2. commit ``Roll``: A rolled (its end and size), B active
      [roll.after_commit: A is sealed on open, B is the active segment]
-  3. move the high watermark into B.
+  3. move the high watermark into B; snapshot the producer state (it covers A's end).
 Seal of a rolled segment A (``seal_pending``; after a roll triggered by ``append`` it runs on
 a background thread, ``roll()`` seals before returning):
   1. write ``A.parquet`` + indexes, fsynced         [seal.after_write: orphan, deleted on open,
                                                      then the seal is redone]
-  2. commit a version replacing A.arrow by A.parquet [seal.after_commit: A.arrow is garbage,
+  2. commit ``Seal``: A.arrow replaced by A.parquet [seal.after_commit: A.arrow is garbage,
                                                      deleted after file.delete.delay.ms]
-Swap (``replace_segments``, used by compaction and retention jobs):
-  1. the caller writes the new segments                [replace.after_write: orphans]
-  2. commit a version swapping old for new             [replace.after_commit: old are garbage]
-
-Open (recovery): delete temporary files and orphan .arrow files (only this writer makes
-them); redo unfinished seals; truncate a torn or corrupt tail of the active segment to its
-longest valid prefix; rebuild the active segment's indexes; write the checkpoints.
+Segment swaps of other processes (retention and compaction jobs commit ``DropSegments`` and
+``Compact`` themselves) reach the log through ``refresh``.
 
 Thread-safety: ``append`` and ``read`` may be called from many threads. ``_lock`` orders
-appends; a "sync token" (``_syncing`` under ``_cond``) makes fsyncs, rolls and high-watermark
-moves one at a time, without blocking appends during an fsync.
+appends and the producer state; the group commit's sync token makes fsyncs, rolls and
+high-watermark moves one at a time, without blocking appends during an fsync.
 """
 
 from __future__ import annotations
@@ -38,9 +37,9 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import pyarrow as pa
 
@@ -50,12 +49,14 @@ from sparklog.errors import (
     OffsetOutOfRangeError,
     RecordTooLargeError,
 )
-from sparklog.storage import checkpoints, crashpoints, gc, names
+from sparklog.storage import checkpoints, crashpoints, gc, names, recovery, transforms
 from sparklog.storage.active import FILE_HEADER_SIZE, ActiveSegment, decode_frame, scan
 from sparklog.storage.checkpoints import LogPosition
 from sparklog.storage.config import TopicConfig
+from sparklog.storage.durability import GroupCommit
 from sparklog.storage.fs import FileSystem
 from sparklog.storage.manifest import Manifest, ManifestStore, SegmentInfo
+from sparklog.storage.producers import ProducerBatch, ProducerStates, write_snapshot
 from sparklog.storage.reader import DEFAULT_MAX_BYTES, LogView
 from sparklog.storage.records import normalize, payload_bytes
 from sparklog.storage.sealed import ROW_GROUP_ROWS, SealedSegment, write_sealed
@@ -64,6 +65,8 @@ log = logging.getLogger(__name__)
 
 ORPHAN_GRACE_MS = 3600 * 1000
 _IPC_OVERHEAD = 1024
+#: the stored columns producer-state recovery reads
+_PRODUCER_COLUMNS = ["offset", "producer_id", "producer_epoch", "sequence"]
 
 _sealer: ThreadPoolExecutor | None = None
 _sealer_lock = threading.Lock()
@@ -81,19 +84,18 @@ def _background_sealer() -> ThreadPoolExecutor:
 
 @dataclass(frozen=True)
 class AppendResult:
+    """Where an append landed. ``duplicate``: an idempotent producer's retry of a batch the
+    log holds, nothing written, offsets the original's. ``rolled``: this append rolled the
+    active segment first."""
+
     base_offset: int
     last_offset: int
     log_append_time_ms: int = -1
+    duplicate: bool = False
+    rolled: bool = False
 
 
-@dataclass
-class RecoveryReport:
-    """What ``PartitionLog.open`` found and repaired."""
-
-    truncated_bytes: int = 0
-    lost_acknowledged: bool = False
-    resealed: list[str] = field(default_factory=list)
-    deleted_orphans: list[str] = field(default_factory=list)
+RecoveryReport = recovery.RecoveryReport
 
 
 class PartitionLog:
@@ -105,9 +107,7 @@ class PartitionLog:
         path: str,
         label: str,
         config: TopicConfig,
-        store: ManifestStore,
-        manifest: Manifest,
-        active: ActiveSegment,
+        found: recovery.Recovered,
         *,
         clock: Callable[[], float],
         row_group_rows: int,
@@ -117,24 +117,28 @@ class PartitionLog:
         self.path = path
         self.label = label
         self.config = config
-        self._store = store
-        self._manifest = manifest
-        self._active = active
+        self._store = found.store
+        self._manifest = found.manifest
+        self._active = found.active
         self._clock = clock
         self._row_group_rows = row_group_rows
         self._auto_seal = auto_seal
         self._lock = threading.RLock()
-        self._cond = threading.Condition()
         self._seal_lock = threading.Lock()
-        self._syncing = False
-        self._durable = LogPosition(active.base_offset, active.size, active.next_offset)
+        active = found.active
+        self._commit = GroupCommit(
+            self._sync_step,
+            LogPosition(active.base_offset, active.size, active.next_offset),
+            label=label,
+        )
+        self._producers = ProducerStates()
         self._sealed_cache: dict[str, SealedSegment] = {}
         self._seals: list[Future[list[str]]] = []
+        self._roll_fsyncs = 0
         self._closed = False
-        self.fsync_count = 0
-        self.recovery = RecoveryReport()
+        self.recovery = found.report
 
-    # ------------------------------------------------------------------ open / recovery
+    # ------------------------------------------------------------------ open
 
     @classmethod
     def open(
@@ -150,81 +154,26 @@ class PartitionLog:
         auto_seal: bool = True,
         writer: str = "",
     ) -> PartitionLog:
+        """Recover the partition (``sparklog.storage.recovery``) and open it for writing."""
         config = config or TopicConfig()
         path = names.partition_dir(root, topic, partition)
         label = f"{topic}-{partition}"
-        fs.makedirs(names.manifest_dir(path))
         store = ManifestStore(fs, path, writer=writer or f"log:{os.getpid()}", clock=clock)
-        report = RecoveryReport()
-        for name in fs.listdir(path):
-            if name.startswith(names.TMP_PREFIX):
-                fs.delete(fs.join(path, name))
-        manifest = store.latest()
-        now = int(clock() * 1000)
-        if manifest is None:
-            info = SegmentInfo(
-                names.segment_name(0, kind=names.ACTIVE_KIND), 0, None, created_ms=now
-            )
-            ActiveSegment.create(fs, path, 0, config.index_interval_bytes)
-            manifest = store.create_initial(Manifest(0, 0, (info,)))
-        live = manifest.names()
-        unsealed = {s.base_offset for s in manifest.unsealed_rolled}
-        for name in fs.listdir(path):
-            seg = names.parse_segment_name(name)
-            if seg is None or name in live:
-                continue
-            # an .arrow file past the active one is a roll that never committed; older
-            # unnamed .arrow files were sealed and wait out file.delete.delay.ms in gc
-            orphan_arrow = (
-                seg.kind == names.ACTIVE_KIND and seg.base_offset > manifest.active.base_offset
-            )
-            orphan_seal = seg.generation == 0 and seg.base_offset in unsealed
-            if orphan_arrow or orphan_seal:
-                for n in (name, names.offset_index_name(name), names.time_index_name(name)):
-                    fs.delete(fs.join(path, n))
-                report.deleted_orphans.append(name)
-        active, truncated = ActiveSegment.open(
-            fs, path, manifest.active.base_offset, config.index_interval_bytes
-        )
-        report.truncated_bytes = truncated
-        # Data below the recovery point, or below a surviving high-watermark checkpoint
-        # (written only after an fsync), was acknowledged: losing it is not a torn tail.
-        acked = [
-            p.position
-            for p in (
-                _read_position_or_none(fs, path, names.RECOVERY_POINT_FILE),
-                _read_position_or_none(fs, path, names.HIGH_WATERMARK_FILE),
-            )
-            if p is not None and p.segment == active.base_offset
-        ]
-        if truncated and acked:
-            report.lost_acknowledged = active.size < max(acked)
-        if truncated:
-            log.warning(
-                "%s: truncated %d bytes of a torn or corrupt tail of %s%s",
-                label,
-                truncated,
-                active.name,
-                " (below the recovery point: acknowledged data was lost)"
-                if report.lost_acknowledged
-                else "",
-            )
+        found = recovery.recover(fs, path, config, store, now_ms=int(clock() * 1000), label=label)
         plog = cls(
+            fs, path, label, config, found,
+            clock=clock, row_group_rows=row_group_rows, auto_seal=auto_seal,
+        )  # fmt: skip
+        plog._write_hwm(plog._commit.durable)
+        plog._write_recovery_point()
+        plog._producers = recovery.producer_states(
             fs,
             path,
-            label,
-            config,
-            store,
-            manifest,
-            active,
-            clock=clock,
-            row_group_rows=row_group_rows,
-            auto_seal=auto_seal,
+            log_start_offset=plog.log_start_offset,
+            high_watermark=plog.high_watermark,
+            batches=lambda start: plog.batches(start, columns=_PRODUCER_COLUMNS),
         )
-        plog.recovery = report
-        plog._write_hwm(plog._durable)
-        plog._write_recovery_point()
-        report.resealed = plog.seal_pending()
+        plog.recovery.resealed = plog.seal_pending()
         plog.collect_garbage()
         return plog
 
@@ -241,12 +190,17 @@ class PartitionLog:
     @property
     def high_watermark(self) -> int:
         """The first offset not yet durable (Kafka's high watermark)."""
-        return self._durable.offset
+        return self._commit.durable.offset
 
     @property
     def log_end_offset(self) -> int:
         """The next offset to be assigned (appended, maybe not yet durable)."""
         return self._active.next_offset
+
+    @property
+    def fsync_count(self) -> int:
+        """Segment fsyncs so far: group commits and rolls."""
+        return self._commit.fsync_count + self._roll_fsyncs
 
     def _now_ms(self) -> int:
         return int(self._clock() * 1000)
@@ -255,15 +209,34 @@ class PartitionLog:
         if self._closed:
             raise LogClosedError(f"{self.label}: the log is closed")
 
-    # ------------------------------------------------------------------ append / sync
+    # ------------------------------------------------------------------ append / durability
 
-    def append(self, records: pa.RecordBatch | pa.Table, *, durable: bool = True) -> AppendResult:
+    def append(
+        self,
+        records: pa.RecordBatch | pa.Table,
+        *,
+        producer: ProducerBatch | None = None,
+        durable: bool = True,
+    ) -> AppendResult:
         """Append ``records`` (see ``sparklog.storage.records``); with ``durable`` return only
-        once they are fsynced and visible to readers."""
+        once they are fsynced and visible to readers. ``producer``: the batch of an
+        idempotent producer, checked first (a retry of a recent batch is answered with its
+        original offsets and not written; the producer errors of ``sparklog.errors`` refuse
+        the others)."""
         now = self._now_ms()
         rolled = False
         with self._lock:
             self._check_open()
+            if producer is not None:
+                dup = self._producers.check(
+                    producer.producer_id,
+                    producer.producer_epoch,
+                    producer.base_sequence,
+                    producer.count,
+                    self.label,
+                )
+                if dup is not None:
+                    return AppendResult(dup.first_offset, dup.last_offset, duplicate=True)
             incoming = records.nbytes + _IPC_OVERHEAD
             if self._should_roll(incoming, now):
                 self._roll_locked(now)
@@ -279,7 +252,18 @@ class PartitionLog:
                     f"max.message.bytes is {self.config.max_message_bytes}"
                 )
             h = self._active.append(batch)
-        result = AppendResult(base, h.next_offset - 1, now if self.config.log_append_time else -1)
+            if producer is not None:
+                self._producers.update(
+                    producer.producer_id,
+                    producer.producer_epoch,
+                    producer.base_sequence,
+                    producer.count,
+                    base,
+                )
+            else:
+                self._producers.covered_offset = h.next_offset
+        append_time = now if self.config.log_append_time else -1
+        result = AppendResult(base, h.next_offset - 1, append_time, rolled=rolled)
         if rolled and self._auto_seal:
             self._seal_in_background()
         if durable:
@@ -297,41 +281,40 @@ class PartitionLog:
 
     def wait_durable(self, next_offset: int) -> None:
         """Block until every offset below ``next_offset`` is fsynced (group commit)."""
-        while True:
-            with self._lock:
-                seg = self._active
-                upto = LogPosition(seg.base_offset, seg.size, seg.next_offset)
-            with self._cond:
-                while self._syncing and self._durable.offset < next_offset:
-                    self._cond.wait()
-                if self._durable.offset >= next_offset:
-                    return
-                self._syncing = True
-            done = self._durable
-            try:
-                if seg is self._active or seg.base_offset == self._durable.segment:
-                    seg.sync()
-                    self.fsync_count += 1
-                    self._write_hwm(upto)
-                    done = upto
-            finally:
-                with self._cond:
-                    if done.offset > self._durable.offset:
-                        self._durable = done
-                    self._syncing = False
-                    self._cond.notify_all()
-            if done.offset >= next_offset:
-                return
+        self._commit.wait(next_offset)
+
+    def durable_future(self, next_offset: int) -> Future[None]:
+        """A future resolved once every offset below ``next_offset`` is fsynced (the
+        broker awaits it; fsyncs run on storage's own threads)."""
+        return self._commit.future(next_offset)
+
+    def on_durable(self, listener: Callable[[LogPosition], None]) -> None:
+        """Call ``listener`` (on the syncing thread) whenever the high watermark moves."""
+        self._commit.on_durable(listener)
 
     def sync(self) -> None:
         """Make everything appended so far durable."""
         self.wait_durable(self.log_end_offset)
 
+    def _sync_step(self) -> LogPosition:
+        """The group commit's step, run holding the sync token: fsync up to the current end
+        and move the high-watermark checkpoint there. It takes no append lock (a roll holds
+        that while it waits for the token); the active segment cannot change meanwhile,
+        since a roll needs the token, and appends go on during the fsync."""
+        seg = self._active
+        size, next_offset = seg.end
+        seg.sync()
+        upto = LogPosition(seg.base_offset, size, next_offset)
+        self._write_hwm(upto)
+        return upto
+
     def _write_hwm(self, pos: LogPosition) -> None:
         checkpoints.write_position(self.fs, self.path, names.HIGH_WATERMARK_FILE, pos)
 
     def _write_recovery_point(self) -> None:
-        checkpoints.write_position(self.fs, self.path, names.RECOVERY_POINT_FILE, self._durable)
+        checkpoints.write_position(
+            self.fs, self.path, names.RECOVERY_POINT_FILE, self._commit.durable
+        )
 
     # ------------------------------------------------------------------ roll / seal
 
@@ -344,26 +327,11 @@ class PartitionLog:
         if self._auto_seal:
             self.seal_pending()
 
-    def _take_sync_token(self) -> None:
-        with self._cond:
-            while self._syncing:
-                self._cond.wait()
-            self._syncing = True
-
-    def _give_sync_token(self, durable: LogPosition | None) -> None:
-        with self._cond:
-            if durable is not None:
-                self._durable = durable
-            self._syncing = False
-            self._cond.notify_all()
-
     def _roll_locked(self, now_ms: int) -> None:
-        self._take_sync_token()
-        new_durable = None
-        try:
+        with self._commit.exclusive() as moved_to:
             old = self._active
             old.sync()
-            self.fsync_count += 1
+            self._roll_fsyncs += 1
             new_base = old.next_offset
             new = ActiveSegment.create(
                 self.fs, self.path, new_base, self.config.index_interval_bytes
@@ -378,20 +346,17 @@ class PartitionLog:
                 max_timestamp=old.max_timestamp,
                 created_ms=self._manifest.active.created_ms,
             )
-            new_info = SegmentInfo(new.name, new_base, None, created_ms=now_ms)
-
-            def transform(m: Manifest) -> Manifest:
-                return m.replace([old.name], [rolled, new_info])
-
-            self._manifest = self._store.commit(transform)
+            active = SegmentInfo(new.name, new_base, None, created_ms=now_ms)
+            self._manifest = self._store.commit(transforms.Roll(rolled, active))
             crashpoints.hit("roll.after_commit")
             self._active = new
             old.close()
-            new_durable = LogPosition(new_base, FILE_HEADER_SIZE, new_base)
-            self._write_hwm(new_durable)
-            checkpoints.write_position(self.fs, self.path, names.RECOVERY_POINT_FILE, new_durable)
-        finally:
-            self._give_sync_token(new_durable)
+            position = LogPosition(new_base, FILE_HEADER_SIZE, new_base)
+            self._write_hwm(position)
+            checkpoints.write_position(self.fs, self.path, names.RECOVERY_POINT_FILE, position)
+            moved_to(position)
+            # everything below new_base is durable: a replay after a crash starts here
+            write_snapshot(self.fs, self.path, self._producers)
 
     def _seal_in_background(self) -> None:
         def run() -> list[str]:
@@ -442,7 +407,7 @@ class PartitionLog:
         )
         del buf
         crashpoints.hit("seal.after_write")
-        new = dataclasses.replace(
+        sealed = dataclasses.replace(
             info,
             name=name,
             records=stats.records,
@@ -451,7 +416,7 @@ class PartitionLog:
             max_timestamp=stats.max_timestamp,
         )
         with self._lock:
-            self._manifest = self._store.commit(lambda m: m.replace([info.name], [new]))
+            self._manifest = self._store.commit(transforms.Seal(info.name, sealed))
         crashpoints.hit("seal.after_commit")
         return name
 
@@ -472,27 +437,6 @@ class PartitionLog:
                     del self._sealed_cache[name]
             return self._manifest
 
-    def replace_segments(
-        self,
-        old: Iterable[str],
-        new: Iterable[SegmentInfo],
-        *,
-        log_start_offset: int | None = None,
-    ) -> Manifest:
-        """Swap live segments ``old`` for already-written ``new`` ones in one manifest commit.
-
-        The crash points are in the module docstring. Raises SegmentNotLiveError if any of
-        ``old`` was swapped out meanwhile; the new files are then orphans.
-        """
-        old, new = list(old), list(new)
-        with self._lock:
-            self._check_open()
-            self._manifest = self._store.commit(
-                lambda m: m.replace(old, new, log_start_offset=log_start_offset)
-            )
-            crashpoints.hit("replace.after_commit")
-            return self._manifest
-
     def delete_records(self, before_offset: int) -> int:
         """Advance the log start offset to ``before_offset`` (Kafka's DeleteRecords);
         returns the new log start offset."""
@@ -503,13 +447,7 @@ class PartitionLog:
                     f"{self.label}: cannot delete records before {before_offset}, above the "
                     f"high watermark {self.high_watermark}"
                 )
-
-            def transform(m: Manifest) -> Manifest | None:
-                if before_offset <= m.log_start_offset:
-                    return None
-                return dataclasses.replace(m, log_start_offset=before_offset)
-
-            self._manifest = self._store.commit(transform)
+            self._manifest = self._store.commit(transforms.DeleteRecords(before_offset))
             return self._manifest.log_start_offset
 
     def collect_garbage(self, orphan_grace_ms: int = ORPHAN_GRACE_MS) -> gc.GcReport:
@@ -530,7 +468,7 @@ class PartitionLog:
                 self.fs,
                 self.path,
                 self._manifest,
-                self._durable,
+                self._commit.durable,
                 active=self._active,
                 sealed_cache=self._sealed_cache,
                 label=self.label,
@@ -546,8 +484,14 @@ class PartitionLog:
         """Visible records from ``start_offset`` (see ``LogView.read``)."""
         return self.view().read(start_offset, max_bytes=max_bytes, end_offset=end_offset)
 
-    def batches(self, start_offset: int, end_offset: int | None = None) -> Iterator[pa.RecordBatch]:
-        return self.view().batches(start_offset, end_offset)
+    def batches(
+        self,
+        start_offset: int,
+        end_offset: int | None = None,
+        *,
+        columns: list[str] | None = None,
+    ) -> Iterator[pa.RecordBatch]:
+        return self.view().batches(start_offset, end_offset, columns=columns)
 
     def offset_for_timestamp(self, timestamp_ms: int) -> int | None:
         return self.view().offset_for_timestamp(timestamp_ms)
@@ -558,10 +502,13 @@ class PartitionLog:
         return checkpoints.read_leader_epochs(self.fs, self.path)
 
     def bump_leader_epoch(self) -> int:
-        """Start a new leader epoch at the log end offset; returns it."""
+        """Start a new leader epoch at the log end offset; returns it. The epoch is
+        committed to the manifest (``EpochChange``: a writer of an older epoch is fenced
+        from then on) before the leader-epoch cache records where it starts."""
         with self._lock:
             epochs = self.leader_epochs()
-            epoch = epochs[-1][0] + 1 if epochs else 0
+            epoch = max(epochs[-1][0] if epochs else -1, self._manifest.leader_epoch) + 1
+            self._manifest = self._store.commit(transforms.EpochChange(epoch, self.label))
             checkpoints.write_leader_epochs(
                 self.fs, self.path, [*epochs[-99:], (epoch, self.log_end_offset)]
             )
@@ -570,8 +517,8 @@ class PartitionLog:
     # ------------------------------------------------------------------ close
 
     def close(self) -> None:
-        """Wait for background seals, make everything durable, record the recovery point,
-        release files."""
+        """Wait for background seals, make everything durable, record the recovery point
+        and the producer snapshot, release files."""
         with self._lock:
             pending = list(self._seals)
         for f in pending:  # outside _lock: a seal takes it to commit
@@ -582,15 +529,10 @@ class PartitionLog:
                 return
             self.sync()
             self._write_recovery_point()
+            self._producers.covered_offset = self.log_end_offset
+            write_snapshot(self.fs, self.path, self._producers)
             self._closed = True
             self._active.close()
             for seg in self._sealed_cache.values():
                 seg.close()
             self._sealed_cache.clear()
-
-
-def _read_position_or_none(fs: FileSystem, path: str, name: str) -> LogPosition | None:
-    try:
-        return checkpoints.read_position(fs, path, name)
-    except Exception:  # an unreadable checkpoint only costs the "lost acknowledged" hint
-        return None

@@ -4,6 +4,7 @@ Files: ``<partition>/manifest/<version>.json`` (``names.version_name``), each a 
 description of the partition at that version::
 
     {"format": 1, "version": 7, "log_start_offset": 0, "committed_ms": ..., "writer": "...",
+     "leader_epoch": 3,
      "segments": [{"name": "00000000000000000000.parquet", "base_offset": 0,
                    "next_offset": 1000, "records": 1000, "size_bytes": 81234,
                    "min_timestamp": ..., "max_timestamp": ..., "created_ms": ...,
@@ -18,7 +19,11 @@ null for segments compaction never rewrote). ``cleaned`` is compaction's history
 cleaner checkpoint made part of the segment set: ``[end_offset, cleaned_ms]`` pairs, end
 offsets increasing, meaning "offsets below ``end_offset`` were first compacted at or before
 ``cleaned_ms``"; a tombstone may be removed once ``delete.retention.ms`` has passed since
-then. Both keys are optional (older manifests load with none).
+then. ``leader_epoch`` is the epoch of the partition's writer (leader) that committed the
+latest ``EpochChange`` (``sparklog.storage.transforms``): a writer whose epoch is below it
+is fenced. These three keys are optional (older manifests load with none; epoch -1).
+How each kind of change transforms a manifest is ``sparklog.storage.transforms``;
+``updated_marks`` and ``tombstone_horizon`` are the rules of the ``cleaned`` history.
 
 Invariants (checked on every read and commit): segments are sorted by base offset and
 contiguous (each ``next_offset`` is the next segment's ``base_offset``; compaction leaves
@@ -50,10 +55,14 @@ from typing import Any
 from sparklog.errors import CorruptMetadataError, ManifestConflictError, SegmentNotLiveError
 from sparklog.storage import names
 from sparklog.storage.fs import FileSystem
+from sparklog.storage.versioned import VersionedFiles
 
 FORMAT = 1
 NO_TIMESTAMP = -(2**63)
 MAX_COMMIT_ATTEMPTS = 50
+#: The longest ``cleaned`` history kept in a manifest; older marks are merged (safely:
+#: merging only ever makes a tombstone wait longer).
+MAX_CLEAN_MARKS = 64
 
 
 @dataclass(frozen=True)
@@ -115,6 +124,7 @@ class Manifest:
     committed_ms: int = 0
     writer: str = ""
     cleaned: tuple[CleanMark, ...] = ()
+    leader_epoch: int = -1
 
     @property
     def active(self) -> SegmentInfo:
@@ -165,6 +175,7 @@ class Manifest:
             "log_start_offset": self.log_start_offset,
             "committed_ms": self.committed_ms,
             "writer": self.writer,
+            "leader_epoch": self.leader_epoch,
             "segments": [s.to_dict() for s in self.segments],
             "cleaned": [[c.end_offset, c.cleaned_ms] for c in self.cleaned],
         }
@@ -183,6 +194,7 @@ class Manifest:
                 committed_ms=int(d.get("committed_ms", 0)),
                 writer=str(d.get("writer", "")),
                 cleaned=tuple(CleanMark(int(e), int(t)) for e, t in d.get("cleaned", ())),
+                leader_epoch=int(d.get("leader_epoch", -1)),
             )
         except (ValueError, KeyError, TypeError) as e:
             raise CorruptMetadataError(f"{where}: unreadable manifest: {e}") from e
@@ -212,37 +224,44 @@ class Manifest:
         return dataclasses.replace(self, segments=segments, log_start_offset=start)
 
 
-class VersionedFiles:
-    """A directory of ``<version>.json`` files committed by create-if-absent."""
+# ---------------------------------------------------------------------------- cleaned marks
 
-    def __init__(self, fs: FileSystem, directory: str) -> None:
-        self.fs = fs
-        self.directory = directory
 
-    def versions(self) -> list[int]:
-        out = [names.parse_version_name(n) for n in self.fs.listdir(self.directory)]
-        return sorted(v for v in out if v is not None)
+def tombstone_horizon(marks: Iterable[CleanMark], *, now_ms: int, delete_retention_ms: int) -> int:
+    """Tombstones at offsets below the returned offset may be removed now (0: none)."""
+    return max(
+        (m.end_offset for m in marks if m.cleaned_ms + delete_retention_ms <= now_ms), default=0
+    )
 
-    def path(self, version: int) -> str:
-        return self.fs.join(self.directory, names.version_name(version))
 
-    def read(self, version: int) -> bytes:
-        return self.fs.read_bytes(self.path(version))
+def updated_marks(
+    marks: Iterable[CleanMark],
+    *,
+    end_offset: int,
+    now_ms: int,
+    delete_retention_ms: int,
+    first_offset: int,
+    limit: int = MAX_CLEAN_MARKS,
+) -> tuple[CleanMark, ...]:
+    """The ``cleaned`` marks after a compaction at ``now_ms`` of a section ending at
+    ``end_offset``, in a log whose first segment starts at ``first_offset``.
 
-    def latest(self) -> tuple[int, bytes] | None:
-        """The newest version and its bytes (retrying if it is cleaned up meanwhile)."""
-        for _ in range(10):
-            versions = self.versions()
-            if not versions:
-                return None
-            try:
-                return versions[-1], self.read(versions[-1])
-            except FileNotFoundError:
-                continue
-        raise CorruptMetadataError(f"{self.directory}: versions keep disappearing")
-
-    def try_commit(self, version: int, data: bytes) -> bool:
-        return self.fs.create_exclusive(self.path(version), data)
+    Marks already past ``delete.retention.ms`` were swept by this compaction (its tombstone
+    horizon covered them) and merge into one; marks wholly below the log are dropped; past
+    ``limit``, the two neighbours closest in time merge into the later one (a tombstone
+    then waits a little longer, never less).
+    """
+    out = [m for m in marks if m.end_offset > first_offset]
+    if not out or end_offset > out[-1].end_offset:
+        # never earlier than the last mark: another machine's clock may run ahead of ours
+        out.append(CleanMark(end_offset, max(now_ms, out[-1].cleaned_ms if out else now_ms)))
+    expired = [m for m in out if m.cleaned_ms + delete_retention_ms <= now_ms]
+    if len(expired) > 1:
+        out = [expired[-1], *out[len(expired) :]]
+    while len(out) > limit:
+        i = min(range(len(out) - 1), key=lambda j: out[j + 1].cleaned_ms - out[j].cleaned_ms)
+        out[i : i + 2] = [out[i + 1]]
+    return tuple(out)
 
 
 class ManifestStore:

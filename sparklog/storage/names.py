@@ -2,10 +2,11 @@
 
 Layout under a storage root::
 
-    <root>/.lock                                   data-dir lock (embedded mode)
+    <root>/.lock                                   data-dir lease (embedded mode)
+    <root>/.leases/<name>.lock                     other local leases
     <root>/producer-ids.json                       producer-id blocks reserved (broker)
     <root>/topics/<topic>/meta/<version>.json      topic metadata, versioned
-    <root>/topics/<topic>/.compaction.lock         held by a running compaction job
+    <root>/topics/<topic>/.compaction.lock         lease of a running compaction job
     <root>/topics/<topic>/<partition>/
         manifest/<version>.json                    the live segment set, versioned
         00000000000000000000.parquet               sealed segment, generation 0
@@ -13,7 +14,7 @@ Layout under a storage root::
         00000000000000002000.arrow                 active (appendable) segment
         <segment file>.index / .timeindex          sparse offset / time index
         high-watermark.checkpoint, recovery-point.checkpoint, leader-epoch.json
-        producer-state.json                        idempotent-producer snapshot (broker)
+        producer-state.json                        idempotent-producer snapshot
 
 No other module formats or parses these strings (``segment_name(42)`` and
 ``parse_segment_name`` are a pair, as are the others).
@@ -39,6 +40,7 @@ TOPIC_META_DIR = "meta"
 MANIFEST_DIR = "manifest"
 LOCK_FILE = ".lock"
 COMPACTION_LOCK_FILE = ".compaction.lock"
+LEASES_DIR = ".leases"
 HIGH_WATERMARK_FILE = "high-watermark.checkpoint"
 RECOVERY_POINT_FILE = "recovery-point.checkpoint"
 LEADER_EPOCH_FILE = "leader-epoch.json"
@@ -50,6 +52,7 @@ TMP_PREFIX = ".tmp-"
 
 _SEGMENT_RE = re.compile(r"^(\d{20})(?:\.(\d{5}))?\.(arrow|parquet)$")
 _VERSION_RE = re.compile(r"^(\d{20})\.json$")
+_LEASE_PART = re.compile(r"^[a-zA-Z0-9._-]+$")
 
 
 def validate_topic_name(name: str) -> str:
@@ -152,6 +155,21 @@ def topic_meta_dir(root: str, topic: str) -> str:
 
 def compaction_lock_path(root: str, topic: str) -> str:
     return f"{topic_dir(root, topic)}/{COMPACTION_LOCK_FILE}"
+
+
+def lease_path(directory: str, name: str) -> str:
+    """The lock file of lease ``name`` under ``directory`` (``sparklog.storage.lease``):
+    ``data-dir`` -> ``.lock``, ``compaction/<topic>`` -> the topic's ``.compaction.lock``,
+    other names -> ``.leases/<name>.lock``."""
+    if name == "data-dir":
+        return f"{directory.rstrip('/')}/{LOCK_FILE}"
+    kind, _, rest = name.partition("/")
+    if kind == "compaction" and rest:
+        return compaction_lock_path(directory, rest)
+    parts = name.split("/")
+    if not name or any(not p or p in (".", "..") or not _LEASE_PART.match(p) for p in parts):
+        raise ValueError(f"bad lease name {name!r}")
+    return f"{directory.rstrip('/')}/{LEASES_DIR}/{name}.lock"
 
 
 def partition_dir(root: str, topic: str, partition: int) -> str:

@@ -1,4 +1,9 @@
-"""``Storage``: one storage root - its topics and their partition logs."""
+"""``Storage``: one storage root - its topics and their partition logs.
+
+``uri`` is the root as given (a local path or a ``pyarrow.fs`` URI); ``root`` is the path
+inside ``fs``. Executors (Spark tasks) must be given ``executor_root``: the absolute path of
+a local root, the URI otherwise.
+"""
 
 from __future__ import annotations
 
@@ -14,6 +19,7 @@ class Storage:
     """Entry point to a storage root given as a local path or a ``pyarrow.fs`` URI."""
 
     def __init__(self, root: str, fs: FileSystem | None = None) -> None:
+        self.uri = root
         if fs is None:
             fs, root = filesystem_for(root)
         self.fs = fs
@@ -24,6 +30,11 @@ class Storage:
         """The writable log of an existing topic's partition (the caller is its only writer)."""
         meta = self.topics.check_partition(topic, partition)
         return PartitionLog.open(self.fs, self.root, topic, partition, meta.config, **kwargs)
+
+    @property
+    def executor_root(self) -> str:
+        """The root as another process must open it (see the module docstring)."""
+        return self.root if self.fs.local_path(self.root) is not None else self.uri
 
     def reader(self, topic: str, partition: int) -> PartitionReader:
         self.topics.check_partition(topic, partition)

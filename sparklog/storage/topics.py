@@ -32,7 +32,7 @@ from sparklog.errors import (
 from sparklog.storage import names
 from sparklog.storage.config import TopicConfig
 from sparklog.storage.fs import FileSystem
-from sparklog.storage.manifest import VersionedFiles
+from sparklog.storage.versioned import VersionedFiles
 
 FORMAT = 1
 MAX_PARTITIONS = 10_000

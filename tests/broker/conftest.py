@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from sparklog.broker.process import BrokerProcess
+from sparklog.harness import BrokerProcess
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -1,14 +1,15 @@
 """Hand-made Kafka frames and record batches for robustness tests (no client library).
 
-Requests are built with kio (``wire.build`` + ``entity_writer``), responses parsed with
-kio's readers; record batches come from aiokafka's ``DefaultRecordBatchBuilder`` or are
-assembled byte by byte (``raw_batch``) when a test needs a batch no library would build,
-such as a decompression bomb. Everything talks to 127.0.0.1 only.
+Well-formed requests and responses go through ``sparklog.kafka.wire`` (``encode_request`` /
+``decode_response``) and valid record batches through ``sparklog.kafka.records``; what a
+test needs malformed stays raw here: frames with a lying size prefix or only a header
+(``sized``, ``head_only``, ``header_bytes``), batches assembled byte by byte (``raw_batch``,
+a decompression bomb), and a bare socket (``RawConnection``) that sends any bytes and
+tells whether the broker answered or closed. Everything talks to 127.0.0.1 only.
 """
 
 from __future__ import annotations
 
-import io
 import socket
 import struct
 import time
@@ -17,16 +18,10 @@ from typing import Any
 
 import cramjam
 import crc32c
-from aiokafka.record.default_records import DefaultRecordBatchBuilder
-from kio.schema.request_header.v1.header import RequestHeader as RequestHeaderV1
-from kio.schema.request_header.v2.header import RequestHeader as RequestHeaderV2
-from kio.schema.response_header.v0.header import ResponseHeader as ResponseHeaderV0
-from kio.schema.response_header.v1.header import ResponseHeader as ResponseHeaderV1
-from kio.serial import entity_reader, entity_writer
-from kio.static.primitive import i16, i32
 
-from sparklog.broker import wire
 from sparklog.broker.apis import APIS
+from sparklog.kafka import wire
+from sparklog.kafka.records import build_batch
 
 HOST = "127.0.0.1"
 PRODUCE, METADATA, API_VERSIONS, CREATE_TOPICS = 0, 3, 18, 19
@@ -46,18 +41,7 @@ def request_payload(
     client_id: str | None = "raw-frames",
 ) -> bytes:
     """Request header + body, without the size prefix."""
-    cls = wire.request_class(api_key, version)
-    header_cls = RequestHeaderV2 if cls.__flexible__ else RequestHeaderV1
-    buf = io.BytesIO()
-    header = header_cls(
-        request_api_key=i16(api_key),
-        request_api_version=i16(version),
-        correlation_id=i32(correlation_id),
-        client_id=client_id,
-    )
-    entity_writer(header_cls)(buf, header)
-    entity_writer(cls)(buf, wire.build(cls, body))
-    return buf.getvalue()
+    return wire.encode_request(api_key, version, correlation_id, body, client_id=client_id)[4:]
 
 
 def sized(payload: bytes, declared: int | None = None) -> bytes:
@@ -85,12 +69,7 @@ def header_bytes(key: int, version: int, correlation_id: int = 1, client: bytes 
 
 def parse_response(api_key: int, version: int, frame: bytes) -> tuple[int, Any]:
     """(correlation id, kio response body) of a response frame without its size prefix."""
-    cls = wire.response_class(api_key, version)
-    flexible = cls.__flexible__ and api_key != API_VERSIONS
-    header_cls = ResponseHeaderV1 if flexible else ResponseHeaderV0
-    header, used = entity_reader(header_cls)(frame, 0)
-    body, _ = entity_reader(cls)(frame, used)
-    return int(header.correlation_id), body
+    return wire.decode_response(api_key, version, frame)
 
 
 def produce_body(
@@ -215,18 +194,7 @@ def record_batch(
         for i, v in enumerate(values):
             legacy.append(i, ts if magic else None, key, v)
         return bytes(legacy.build())
-    builder = DefaultRecordBatchBuilder(
-        magic=2,
-        compression_type=codec,
-        is_transactional=0,
-        producer_id=-1,
-        producer_epoch=-1,
-        base_sequence=-1,
-        batch_size=10**9,
-    )
-    for i, v in enumerate(values):
-        builder.append(i, ts, key, v, [])
-    return bytes(builder.build())
+    return build_batch(((i, ts, key, v, []) for i, v in enumerate(values)), codec=codec)
 
 
 def set_crc(batch: bytes | bytearray) -> bytes:

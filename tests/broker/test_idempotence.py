@@ -25,7 +25,7 @@ import pyarrow as pa
 import pytest
 from confluent_kafka import KafkaError, Producer
 
-from sparklog.broker import wire
+from sparklog.kafka import wire
 from sparklog.storage import Storage, names
 from sparklog.storage.crashpoints import CRASH_EXIT_CODE
 

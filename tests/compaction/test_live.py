@@ -29,9 +29,9 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 import sparklog.spark
-from sparklog.broker.process import BrokerProcess
 from sparklog.compaction.compactor import compact
 from sparklog.compaction.retention import apply_retention
+from sparklog.harness import BrokerProcess
 from sparklog.storage import Storage
 
 from .helpers import manifest

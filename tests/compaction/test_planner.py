@@ -1,5 +1,5 @@
 """The pure planners: which sealed segments retention deletes and compaction cleans, how
-outputs are grouped and named, and the tombstone history (no Spark, no files)."""
+outputs are grouped and named, and when tombstones are due (no Spark, no files)."""
 
 from __future__ import annotations
 
@@ -197,14 +197,6 @@ def test_a_fully_clean_section_is_not_rewritten() -> None:
 # ---------------------------------------------------------------------- tombstones
 
 
-def test_tombstone_horizon_is_the_end_of_the_last_mark_older_than_delete_retention() -> None:
-    marks = (CleanMark(10, 1000), CleanMark(20, 2000), CleanMark(30, 3000))
-    assert planner.tombstone_horizon(marks, now_ms=2500, delete_retention_ms=500) == 20
-    assert planner.tombstone_horizon(marks, now_ms=2499, delete_retention_ms=500) == 10
-    assert planner.tombstone_horizon(marks, now_ms=999, delete_retention_ms=0) == 0
-    assert planner.tombstone_horizon((), now_ms=NOW, delete_retention_ms=0) == 0
-
-
 def test_clean_segment_with_an_expired_tombstone_is_cleaned_without_dirty_data() -> None:
     marks = (CleanMark(20, NOW - 2000),)
     m = log(seg(0, 20, gen=1, tombstone=7), seg(20, None), cleaned=marks)
@@ -226,59 +218,6 @@ def test_a_tombstone_above_the_horizon_does_not_trigger_a_rewrite() -> None:
     m = log(seg(0, 20, gen=1, tombstone=15), seg(20, None), cleaned=marks)
     plan = planner.plan_compaction(m, compact(delete_retention_ms="1000"), now_ms=NOW)
     assert plan.tombstones_below == 10 and not plan.tombstones_due
-
-
-def test_marks_gain_one_entry_per_compaction_that_reaches_further() -> None:
-    marks = planner.updated_marks(
-        (), end_offset=10, now_ms=1000, delete_retention_ms=DAY, first_offset=0
-    )
-    assert marks == (CleanMark(10, 1000),)
-    marks = planner.updated_marks(
-        marks, end_offset=25, now_ms=2000, delete_retention_ms=DAY, first_offset=0
-    )
-    assert marks == (CleanMark(10, 1000), CleanMark(25, 2000))
-    same = planner.updated_marks(
-        marks, end_offset=25, now_ms=3000, delete_retention_ms=DAY, first_offset=0
-    )
-    assert same == marks
-
-
-def test_expired_marks_merge_and_marks_below_the_log_are_dropped() -> None:
-    marks = (CleanMark(10, 1000), CleanMark(20, 2000), CleanMark(30, 9000))
-    out = planner.updated_marks(
-        marks, end_offset=40, now_ms=10_000, delete_retention_ms=5000, first_offset=0
-    )
-    assert out == (CleanMark(20, 2000), CleanMark(30, 9000), CleanMark(40, 10_000))
-    assert planner.tombstone_horizon(out, now_ms=10_000, delete_retention_ms=5000) == 20
-    trimmed = planner.updated_marks(
-        out, end_offset=40, now_ms=10_000, delete_retention_ms=5000, first_offset=20
-    )
-    assert trimmed == (CleanMark(30, 9000), CleanMark(40, 10_000))
-
-
-def test_too_many_marks_merge_into_later_ones_which_only_delays_removal() -> None:
-    marks: tuple[CleanMark, ...] = ()
-    for i in range(1, 11):
-        marks = planner.updated_marks(
-            marks, end_offset=i * 10, now_ms=i * 100 + (i % 3), delete_retention_ms=DAY,
-            first_offset=0, limit=4,
-        )  # fmt: skip
-    assert len(marks) == 4
-    assert marks[-1] == CleanMark(100, 1001)
-    full = [CleanMark(i * 10, i * 100 + (i % 3)) for i in range(1, 11)]
-    for m in full:  # every offset's recorded time is the same or later than its true one
-        covering = next(c for c in marks if c.end_offset >= m.end_offset)
-        assert covering.cleaned_ms >= m.cleaned_ms
-
-
-def test_a_mark_is_never_older_than_the_previous_one() -> None:
-    """Another machine's clock may be behind: the manifest's order must survive."""
-    out = planner.updated_marks(
-        (CleanMark(10, 5000),), end_offset=20, now_ms=4000, delete_retention_ms=DAY,
-        first_offset=0,
-    )  # fmt: skip
-    assert out == (CleanMark(10, 5000), CleanMark(20, 5000))
-    Manifest(1, 0, (seg(0, None),), cleaned=out).validate()
 
 
 # ---------------------------------------------------------------------- output groups

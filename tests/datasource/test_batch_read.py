@@ -10,7 +10,8 @@ import pyarrow as pa
 import pytest
 
 import sparklog.spark
-from sparklog.datasource.options import OptionError, batch_options
+from sparklog.datasource.options import batch_options
+from sparklog.errors import OptionError
 from sparklog.storage import Storage
 from sparklog.storage.records import make_records
 

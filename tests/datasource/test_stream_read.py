@@ -12,7 +12,8 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 import sparklog.spark
-from sparklog.datasource.options import OptionError, stream_options
+from sparklog.datasource.options import stream_options
+from sparklog.errors import OptionError
 from sparklog.storage import Storage
 from sparklog.storage.records import make_records
 
@@ -152,9 +153,10 @@ def test_micro_batches_over_a_topic_kafka_clients_produce_to(spark: Any, tmp_pat
     try:
         p = Producer({"bootstrap.servers": broker.bootstrap, "acks": "all",
                       "partitioner": "murmur2_random"})  # fmt: skip
-        from sparklog.broker import client as kc
+        from sparklog.kafka import admin as kc
+        from sparklog.kafka.client import KafkaClient
 
-        with kc.KafkaClient(broker.bootstrap) as c:
+        with KafkaClient(broker.bootstrap) as c:
             kc.create_topic(c, "live", 3, {})
         for i in range(30):
             p.produce("live", key=b"k%d" % i, value=b"v%d" % i)
@@ -170,7 +172,7 @@ def test_micro_batches_over_a_topic_kafka_clients_produce_to(spark: Any, tmp_pat
         second = _run_values(spark, broker.data_dir, ck, **opts)  # restart from checkpoint
         got = [v for b in first + second for v in b]
         assert sorted(got) == sorted(b"v%d" % i for i in range(45))  # no loss, no duplicate
-        with kc.KafkaClient(broker.bootstrap) as c:  # what `sparklog groups describe` shows
+        with KafkaClient(broker.bootstrap) as c:  # what `sparklog groups describe` shows
             rows = kc.describe_group(c, "lagging", int(time.time() * 1000))["partitions"]
         assert sum(r["committed_offset"] for r in rows) == 45
         assert all(r["lag"] == 0 and r["lag_seconds"] == 0 for r in rows)

@@ -15,7 +15,6 @@ from typing import Any
 import pyarrow as pa
 import pytest
 from confluent_kafka import Consumer, Producer
-from kafka.partitioner.default import murmur2 as kafka_python_murmur2
 from pyspark.sql.types import (
     ArrayType,
     BinaryType,
@@ -26,13 +25,7 @@ from pyspark.sql.types import (
 )
 
 import sparklog.spark
-from sparklog.datasource.producer import (
-    PartitionStream,
-    SinkWriteError,
-    cut_batches,
-    murmur2,
-    murmur2_partition,
-)
+from sparklog.datasource.producer import PartitionStream, cut_batches
 from sparklog.datasource.writer import (
     CRASH_POINTS,
     SinkState,
@@ -41,6 +34,8 @@ from sparklog.datasource.writer import (
     normalise,
     write_options,
 )
+from sparklog.errors import SinkWriteError
+from sparklog.kafka.partitioner import murmur2_partition
 from sparklog.storage import RECORD_SCHEMA, Storage
 
 from ..broker.conftest import ROOT, BrokerProcess
@@ -58,15 +53,6 @@ def stored(data_dir: str, topic: str) -> dict[int, pa.Table]:
 
 
 # ---------------------------------------------------------------------------- pure parts
-
-
-def test_murmur2_is_kafkas() -> None:
-    rng = random.Random(7)
-    keys = [b"", b"a", b"ab", b"abc", b"abcd", b"user-0042"]
-    keys += [rng.randbytes(rng.randrange(0, 40)) for _ in range(300)]
-    for key in keys:
-        assert murmur2(key) & 0xFFFFFFFF == kafka_python_murmur2(key) & 0xFFFFFFFF, key
-        assert murmur2_partition(key, 7) == (kafka_python_murmur2(key) & 0x7FFFFFFF) % 7
 
 
 def _records(n: int, seed: int = 1) -> pa.Table:
@@ -224,9 +210,10 @@ def broker(tmp_path: Path) -> Any:
 @pytest.mark.spark
 def test_batch_write_round_trip_with_kafka_partitioning(spark: Any, broker: Any) -> None:
     sparklog.spark.register(spark)
-    from sparklog.broker import client as kc
+    from sparklog.kafka import admin as kc
+    from sparklog.kafka.client import KafkaClient
 
-    with kc.KafkaClient(broker.bootstrap) as c:
+    with KafkaClient(broker.bootstrap) as c:
         kc.create_topic(c, "w", 3, {})
     df = spark.range(600).selectExpr(
         "IF(id % 5 = 0, NULL, concat('user-', id % 40)) AS key",
@@ -263,9 +250,10 @@ def test_batch_write_round_trip_with_kafka_partitioning(spark: Any, broker: Any)
 @pytest.mark.spark
 def test_topic_and_partition_columns(spark: Any, broker: Any) -> None:
     sparklog.spark.register(spark)
-    from sparklog.broker import client as kc
+    from sparklog.kafka import admin as kc
+    from sparklog.kafka.client import KafkaClient
 
-    with kc.KafkaClient(broker.bootstrap) as c:
+    with KafkaClient(broker.bootstrap) as c:
         kc.create_topic(c, "left", 2, {})
         kc.create_topic(c, "right", 2, {})
     df = spark.createDataFrame(
@@ -354,9 +342,10 @@ def test_killed_and_restarted_query_writes_every_record_exactly_once(
     broker: Any, tmp_path: Path, point: str
 ) -> None:
     p = Producer({"bootstrap.servers": broker.bootstrap})
-    from sparklog.broker import client as kc
+    from sparklog.kafka import admin as kc
+    from sparklog.kafka.client import KafkaClient
 
-    with kc.KafkaClient(broker.bootstrap) as c:
+    with KafkaClient(broker.bootstrap) as c:
         kc.create_topic(c, "in", 3, {})
         kc.create_topic(c, "out", 2, {})
     expected = [b"r%04d" % i for i in range(400)]

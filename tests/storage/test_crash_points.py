@@ -4,8 +4,9 @@ For every name in ``sparklog.storage.crashpoints.POINTS`` a child Python process
 ``SPARKLOG_CRASH_AT=<point>``) opens a log that already holds a sealed segment and an
 active one, appends durable batches, and starts the multi-file change the point belongs
 to: a roll (``roll.*``; with auto_seal the seal that follows it, ``seal.*``) or a segment
-swap through ``PartitionLog.replace_segments`` (``replace.*``; the child writes the new
-generation-1 segment itself, as a compaction job would). The child must die with
+swap committed by another process (``replace.*``: the child stands in for a compaction job,
+writes the new generation-1 segment and commits ``transforms.Compact`` through its own
+``ManifestStore``, as the job does). The child must die with
 ``CRASH_EXIT_CODE``; the test process then checks the committed manifest (the old or the
 new segment set, never a mix), reopens the log, and checks the records, the offsets, and
 what happened to the files the crash left behind (see the module docstring of
@@ -84,11 +85,11 @@ _CHILD = textwrap.dedent(
 
     import pyarrow.compute as pc
 
-    from sparklog.storage import crashpoints, names
+    from sparklog.storage import crashpoints, names, transforms
     from sparklog.storage.config import TopicConfig
     from sparklog.storage.fs.local import LocalFileSystem
     from sparklog.storage.log import PartitionLog
-    from sparklog.storage.manifest import SegmentInfo
+    from sparklog.storage.manifest import ManifestStore, SegmentInfo
     from sparklog.storage.records import make_records
     from sparklog.storage.sealed import write_sealed
 
@@ -118,7 +119,9 @@ _CHILD = textwrap.dedent(
             max_timestamp=stats.max_timestamp, created_ms=old.created_ms,
         )
         crashpoints.hit("replace.after_write")
-        log.replace_segments([old.name], [new])
+        job = ManifestStore(fs, log.path, writer="stand-in compaction job")
+        job.commit(transforms.Compact((old.name,), (new,), old.next_offset, 0, 0))
+        crashpoints.hit("replace.after_commit")
     print("NO CRASH", flush=True)
     """
 )

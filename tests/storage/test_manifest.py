@@ -3,16 +3,21 @@ from __future__ import annotations
 import dataclasses
 import threading
 
-import pyarrow.compute as pc
 import pytest
 
-from sparklog.errors import CorruptMetadataError, SegmentNotLiveError
+from sparklog.errors import CorruptMetadataError
 from sparklog.storage import names
 from sparklog.storage.fs.local import LocalFileSystem
-from sparklog.storage.manifest import CleanMark, Manifest, ManifestStore, SegmentInfo
-from sparklog.storage.sealed import write_sealed
+from sparklog.storage.manifest import (
+    CleanMark,
+    Manifest,
+    ManifestStore,
+    SegmentInfo,
+    tombstone_horizon,
+    updated_marks,
+)
 
-from .helpers import offsets, open_log, records, values
+from .helpers import offsets, open_log, records
 
 
 def _initial(store: ManifestStore) -> Manifest:
@@ -85,48 +90,13 @@ def test_unreadable_manifest_is_reported_with_its_path(fs: LocalFileSystem, root
         store.latest()
 
 
-def test_replace_segments_swaps_in_a_compacted_segment(fs: LocalFileSystem, root: str) -> None:
-    log = open_log(fs, root)
-    log.append(records(0, 10))
-    log.roll()
-    old = log.manifest.segments[0]
-    even = [b.filter(pc.equal(pc.bit_wise_and(b.column("offset"), 1), 0)) for b in log.batches(0)]
-    name = names.segment_name(0, generation=1)
-    stats = write_sealed(fs, log.path, name, even)
-    new = dataclasses.replace(old, name=name, records=stats.records, size_bytes=stats.size_bytes)
-    log.replace_segments([old.name], [new])
-    assert offsets(log.batches(0)) == [0, 2, 4, 6, 8]
-    assert values(log.batches(0)) == [b"v0", b"v2", b"v4", b"v6", b"v8"]
-    assert log.high_watermark == 10
-
-
-def test_replace_segments_of_a_segment_no_longer_live_fails(fs: LocalFileSystem, root: str) -> None:
-    log = open_log(fs, root)
-    log.append(records(0, 10))
-    log.roll()
-    old = log.manifest.segments[0]
-    log.replace_segments([old.name], [])
-    with pytest.raises(SegmentNotLiveError, match=old.name):
-        log.replace_segments([old.name], [])
-
-
-def test_dropping_a_prefix_advances_the_log_start(fs: LocalFileSystem, root: str) -> None:
-    log = open_log(fs, root)
-    log.append(records(0, 10))
-    log.roll()
-    log.append(records(10, 5))
-    log.replace_segments([log.manifest.segments[0].name], [])
-    assert log.log_start_offset == 10
-    assert offsets(log.batches(10)) == list(range(10, 15))
-
-
 def test_a_writer_picks_up_versions_committed_by_others(fs: LocalFileSystem, root: str) -> None:
     log = open_log(fs, root)
     log.append(records(0, 10))
     log.roll()
     other = ManifestStore(fs, log.path)
     first = log.manifest.segments[0].name
-    other.commit(lambda m: m.replace([first], []))
+    other.commit(lambda m: m.replace([first], []))  # any transform: see test_transforms
     log.append(records(10, 2))
     assert log.refresh().log_start_offset == 10
     log.roll()
@@ -181,3 +151,70 @@ def test_refresh_forgets_open_segments_a_newer_version_dropped(
     log.refresh()
     assert first not in log._sealed_cache
     assert offsets(log.batches(10)) == [10, 11]
+
+
+# ---------------------------------------------------------------------- cleaned marks
+
+NOW = 10_000_000
+DAY = 24 * 3600 * 1000
+
+
+def _active(base: int) -> SegmentInfo:
+    return SegmentInfo(names.segment_name(base, kind=names.ACTIVE_KIND), base, None)
+
+
+def test_tombstone_horizon_is_the_end_of_the_last_mark_older_than_delete_retention() -> None:
+    marks = (CleanMark(10, 1000), CleanMark(20, 2000), CleanMark(30, 3000))
+    assert tombstone_horizon(marks, now_ms=2500, delete_retention_ms=500) == 20
+    assert tombstone_horizon(marks, now_ms=2499, delete_retention_ms=500) == 10
+    assert tombstone_horizon(marks, now_ms=999, delete_retention_ms=0) == 0
+    assert tombstone_horizon((), now_ms=NOW, delete_retention_ms=0) == 0
+
+
+def test_marks_gain_one_entry_per_compaction_that_reaches_further() -> None:
+    marks = updated_marks((), end_offset=10, now_ms=1000, delete_retention_ms=DAY, first_offset=0)
+    assert marks == (CleanMark(10, 1000),)
+    marks = updated_marks(
+        marks, end_offset=25, now_ms=2000, delete_retention_ms=DAY, first_offset=0
+    )
+    assert marks == (CleanMark(10, 1000), CleanMark(25, 2000))
+    same = updated_marks(marks, end_offset=25, now_ms=3000, delete_retention_ms=DAY, first_offset=0)
+    assert same == marks
+
+
+def test_expired_marks_merge_and_marks_below_the_log_are_dropped() -> None:
+    marks = (CleanMark(10, 1000), CleanMark(20, 2000), CleanMark(30, 9000))
+    out = updated_marks(
+        marks, end_offset=40, now_ms=10_000, delete_retention_ms=5000, first_offset=0
+    )
+    assert out == (CleanMark(20, 2000), CleanMark(30, 9000), CleanMark(40, 10_000))
+    assert tombstone_horizon(out, now_ms=10_000, delete_retention_ms=5000) == 20
+    trimmed = updated_marks(
+        out, end_offset=40, now_ms=10_000, delete_retention_ms=5000, first_offset=20
+    )
+    assert trimmed == (CleanMark(30, 9000), CleanMark(40, 10_000))
+
+
+def test_too_many_marks_merge_into_later_ones_which_only_delays_removal() -> None:
+    marks: tuple[CleanMark, ...] = ()
+    for i in range(1, 11):
+        marks = updated_marks(
+            marks, end_offset=i * 10, now_ms=i * 100 + (i % 3), delete_retention_ms=DAY,
+            first_offset=0, limit=4,
+        )  # fmt: skip
+    assert len(marks) == 4
+    assert marks[-1] == CleanMark(100, 1001)
+    full = [CleanMark(i * 10, i * 100 + (i % 3)) for i in range(1, 11)]
+    for m in full:  # every offset's recorded time is the same or later than its true one
+        covering = next(c for c in marks if c.end_offset >= m.end_offset)
+        assert covering.cleaned_ms >= m.cleaned_ms
+
+
+def test_a_mark_is_never_older_than_the_previous_one() -> None:
+    """Another machine's clock may be behind: the manifest's order must survive."""
+    out = updated_marks(
+        (CleanMark(10, 5000),), end_offset=20, now_ms=4000, delete_retention_ms=DAY,
+        first_offset=0,
+    )  # fmt: skip
+    assert out == (CleanMark(10, 5000), CleanMark(20, 5000))
+    Manifest(1, 0, (_active(0),), cleaned=out).validate()

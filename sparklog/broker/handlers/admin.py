@@ -7,8 +7,8 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from sparklog.broker.context import RequestContext
 from sparklog.broker.errors import error_code
-from sparklog.broker.handlers import RequestContext
 from sparklog.errors import InvalidConfigError, SparkLogError, TopicExistsError
 from sparklog.storage import names
 from sparklog.storage.config import TopicConfig

@@ -1,4 +1,4 @@
-"""ApiVersions and Metadata."""
+"""Metadata: the brokers, and every topic's partitions with their leader."""
 
 from __future__ import annotations
 
@@ -7,22 +7,9 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from sparklog.broker.context import RequestContext
 from sparklog.broker.errors import error_code
-from sparklog.broker.handlers import RequestContext
 from sparklog.errors import SparkLogError, UnknownTopicError
-
-
-async def api_versions(ctx: RequestContext, header: Any, req: Any) -> dict[str, Any]:
-    from sparklog.broker.apis import APIS
-
-    return {
-        "error_code": ErrorCode.none,
-        "api_keys": [
-            {"api_key": key, "min_version": api.min_version, "max_version": api.max_version}
-            for key, api in sorted(APIS.items())
-        ],
-        "throttle_time": 0,
-    }
 
 
 def _topic_entry(ctx: RequestContext, name: str) -> dict[str, Any]:

@@ -14,11 +14,11 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from sparklog.broker.batches import CODECS, encode_batches
+from sparklog.broker.context import RequestContext
 from sparklog.broker.errors import error_code
-from sparklog.broker.handlers import RequestContext
 from sparklog.broker.partitions import PartitionHandle
 from sparklog.errors import OffsetOutOfRangeError, SparkLogError
+from sparklog.kafka.records import CODECS, encode_batches
 
 
 def _read_partition(

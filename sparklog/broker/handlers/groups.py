@@ -9,10 +9,11 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from sparklog.broker.groups import GroupError, JoinRequest
-from sparklog.broker.handlers import RequestContext
+from sparklog.broker.context import RequestContext
+from sparklog.broker.errors import error_code
+from sparklog.broker.groups import JoinRequest
 from sparklog.broker.offsets import CommitEntry
-from sparklog.errors import SparkLogError
+from sparklog.errors import GroupError, GroupNotFoundError, SparkLogError
 
 
 def _ms(value: Any, default: int) -> int:
@@ -38,14 +39,13 @@ async def find_coordinator(ctx: RequestContext, header: Any, req: Any) -> dict[s
 
 
 async def join_group(ctx: RequestContext, header: Any, req: Any) -> dict[str, Any]:
-    assert ctx.coordinator is not None
     session = _ms(req.session_timeout, 10_000)
     join = JoinRequest(
         group_id=req.group_id,
         member_id=req.member_id or "",
         group_instance_id=getattr(req, "group_instance_id", None),
         client_id=getattr(header, "client_id", "") or "",
-        client_host=ctx.peer_host,
+        client_host=ctx.connection.peer_host,
         session_timeout_ms=session,
         rebalance_timeout_ms=_ms(getattr(req, "rebalance_timeout", None), session),
         protocol_type=req.protocol_type,
@@ -57,7 +57,7 @@ async def join_group(ctx: RequestContext, header: Any, req: Any) -> dict[str, An
     except GroupError as e:
         return {
             "throttle_time": 0,
-            "error_code": e.code,
+            "error_code": error_code(e),
             "generation_id": -1,
             "protocol_type": None,
             "protocol_name": None,
@@ -69,7 +69,6 @@ async def join_group(ctx: RequestContext, header: Any, req: Any) -> dict[str, An
 
 
 async def sync_group(ctx: RequestContext, header: Any, req: Any) -> dict[str, Any]:
-    assert ctx.coordinator is not None
     try:
         assignment, group = await ctx.coordinator.sync(
             req.group_id,
@@ -86,12 +85,11 @@ async def sync_group(ctx: RequestContext, header: Any, req: Any) -> dict[str, An
             "assignment": assignment,
         }
     except GroupError as e:
-        return {"throttle_time": 0, "error_code": e.code, "protocol_type": None,
+        return {"throttle_time": 0, "error_code": error_code(e), "protocol_type": None,
                 "protocol_name": None, "assignment": b""}  # fmt: skip
 
 
 async def heartbeat(ctx: RequestContext, header: Any, req: Any) -> dict[str, Any]:
-    assert ctx.coordinator is not None
     try:
         ctx.coordinator.heartbeat(
             req.group_id, req.member_id, getattr(req, "group_instance_id", None),
@@ -99,26 +97,32 @@ async def heartbeat(ctx: RequestContext, header: Any, req: Any) -> dict[str, Any
         )  # fmt: skip
         code = ErrorCode.none
     except GroupError as e:
-        code = e.code
+        code = error_code(e)
     return {"throttle_time": 0, "error_code": code}
 
 
 async def leave_group(ctx: RequestContext, header: Any, req: Any) -> dict[str, Any]:
-    assert ctx.coordinator is not None
+    coordinator = ctx.coordinator
+
+    def leave(member_id: str, instance_id: str | None) -> ErrorCode:
+        try:
+            coordinator.leave(req.group_id, member_id, instance_id)
+            return ErrorCode.none
+        except GroupError as e:
+            return error_code(e)
+
     members = getattr(req, "members", None)
     if members is None:
-        codes = [ctx.coordinator.leave(req.group_id, req.member_id, None)]
-        return {"throttle_time": 0, "error_code": codes[0], "members": []}
-    out = []
-    for m in members:
-        code = ctx.coordinator.leave(req.group_id, m.member_id, m.group_instance_id)
-        out.append({"member_id": m.member_id, "group_instance_id": m.group_instance_id,
-                    "error_code": code})  # fmt: skip
+        return {"throttle_time": 0, "error_code": leave(req.member_id, None), "members": []}
+    out = [
+        {"member_id": m.member_id, "group_instance_id": m.group_instance_id,
+         "error_code": leave(m.member_id, m.group_instance_id)}
+        for m in members
+    ]  # fmt: skip
     return {"throttle_time": 0, "error_code": ErrorCode.none, "members": out}
 
 
 async def offset_commit(ctx: RequestContext, header: Any, req: Any) -> dict[str, Any]:
-    assert ctx.coordinator is not None and ctx.offsets is not None
     generation = int(getattr(req, "generation_id_or_member_epoch",
                              getattr(req, "generation_id", -1)))  # fmt: skip
     code = ErrorCode.none
@@ -127,7 +131,7 @@ async def offset_commit(ctx: RequestContext, header: Any, req: Any) -> dict[str,
             req.group_id, req.member_id or "", getattr(req, "group_instance_id", None), generation
         )
     except GroupError as e:
-        code = e.code
+        code = error_code(e)
     topics_out = []
     entries: list[CommitEntry] = []
     for t in req.topics:
@@ -165,7 +169,6 @@ async def offset_commit(ctx: RequestContext, header: Any, req: Any) -> dict[str,
 
 
 def _fetch_group(ctx: RequestContext, group_id: str, topics: Any) -> dict[str, Any]:
-    assert ctx.offsets is not None
     committed = ctx.offsets.committed(group_id)
     wanted: list[tuple[str, list[int]]]
     if topics is None:
@@ -205,7 +208,6 @@ async def offset_fetch(ctx: RequestContext, header: Any, req: Any) -> dict[str, 
 
 
 async def list_groups(ctx: RequestContext, header: Any, req: Any) -> dict[str, Any]:
-    assert ctx.coordinator is not None and ctx.offsets is not None
     wanted = set(getattr(req, "states_filter", ()) or ())
     rows = {}
     for gid in ctx.offsets.offsets:
@@ -219,7 +221,6 @@ async def list_groups(ctx: RequestContext, header: Any, req: Any) -> dict[str, A
 
 
 async def describe_groups(ctx: RequestContext, header: Any, req: Any) -> dict[str, Any]:
-    assert ctx.coordinator is not None and ctx.offsets is not None
     out = []
     for gid in req.groups:
         g = ctx.coordinator.groups.get(gid)
@@ -248,12 +249,15 @@ async def describe_groups(ctx: RequestContext, header: Any, req: Any) -> dict[st
 
 
 async def delete_groups(ctx: RequestContext, header: Any, req: Any) -> dict[str, Any]:
-    assert ctx.coordinator is not None and ctx.offsets is not None
     results = []
     for gid in req.groups_names:
-        known = gid in ctx.coordinator.groups or gid in ctx.offsets.offsets
-        code = ctx.coordinator.delete(gid) if known else ErrorCode.group_id_not_found
-        if code == ErrorCode.none:
+        code = ErrorCode.none
+        try:
+            if gid not in ctx.coordinator.groups and gid not in ctx.offsets.offsets:
+                raise GroupNotFoundError(f"group {gid!r} has no members and no offsets")
+            ctx.coordinator.delete(gid)
             await ctx.offsets.delete_group(gid)
+        except GroupError as e:
+            code = error_code(e)
         results.append({"group_id": gid, "error_code": code})
     return {"throttle_time": 0, "results": results}

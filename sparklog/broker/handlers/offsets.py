@@ -8,8 +8,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from kio.schema.errors import ErrorCode
 
+from sparklog.broker.context import RequestContext
 from sparklog.broker.errors import error_code
-from sparklog.broker.handlers import RequestContext
 from sparklog.errors import SparkLogError
 from sparklog.storage.reader import LogView
 

@@ -14,11 +14,16 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from sparklog.broker.batches import BatchError, decode_batch, split_batches
+from sparklog.broker.context import RequestContext
 from sparklog.broker.errors import error_code
-from sparklog.broker.handlers import RequestContext
 from sparklog.broker.partitions import PartitionHandle
-from sparklog.errors import InvalidRecordsError, RecordTooLargeError, SparkLogError
+from sparklog.errors import (
+    InvalidBatchError,
+    InvalidRecordsError,
+    RecordTooLargeError,
+    SparkLogError,
+)
+from sparklog.kafka.records import decode_batch, split_batches
 
 log = logging.getLogger(__name__)
 _BACKGROUND: set[asyncio.Task[None]] = set()
@@ -50,10 +55,10 @@ def _append_one(
     meta = manager.auto_create(topic)
     handle = manager.partition(topic, index)
     if records is None:
-        raise BatchError("invalid", "no records")
+        raise InvalidBatchError("no records")
     raw_batches = split_batches(records)
     if len(raw_batches) != 1:
-        raise BatchError("invalid", f"expected one record batch, got {len(raw_batches)}")
+        raise InvalidBatchError(f"expected one record batch, got {len(raw_batches)}")
     raw = raw_batches[0]
     if len(raw) > meta.config.max_message_bytes:
         raise RecordTooLargeError(
@@ -101,8 +106,8 @@ async def produce(ctx: RequestContext, header: Any, req: Any) -> dict[str, Any] 
                 continue
             try:
                 entry, handle, upto = _append_one(ctx, topic_data.name, pdata.index, pdata.records)
-            except (SparkLogError, BatchError, ValueError) as e:
-                if not isinstance(e, SparkLogError | BatchError):
+            except (SparkLogError, ValueError) as e:
+                if not isinstance(e, SparkLogError):
                     log.debug("produce to %s-%s refused: %s", topic_data.name, pdata.index, e)
                 parts_out.append(_partition_error(pdata.index, error_code(e), str(e)))
                 continue

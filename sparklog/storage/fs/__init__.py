@@ -42,6 +42,11 @@ class FileSystem(abc.ABC):
     def join(self, *parts: str) -> str:
         return posixpath.join(*parts)
 
+    def local_path(self, path: str) -> str | None:
+        """The path of ``path`` on this machine's disk if the backend stores it there (so
+        OS locks apply to it), else None."""
+        return None
+
     @abc.abstractmethod
     def exists(self, path: str) -> bool:
         """True if a file or directory exists at ``path``."""

@@ -4,9 +4,8 @@ Durability is the store's: a closed output stream is durable, so the sync method
 no-ops. ``write_atomic`` relies on whole-object PUT being atomic (true of object stores).
 
 ``create_exclusive`` is check-then-write here because pyarrow exposes no conditional PUT:
-it is exclusive only while one process writes a partition's manifest at a time. The
-broker's leader lease gives that for the broker; a compaction job on an object store must
-run while the broker is stopped or through the broker (documented in docs/ARCHITECTURE.md).
+it is exclusive only while one process writes a partition's manifest at a time (see the
+lease seam, ``sparklog.storage.lease``, and docs/ARCHITECTURE.md).
 ``open_append`` works where the store supports appends (HDFS, local, in-memory); object
 stores hold sealed segments only.
 """
@@ -70,6 +69,9 @@ class ArrowFileSystem(FileSystem):
     def __init__(self, fs: pafs.FileSystem) -> None:
         self.fs = fs
         self.supports_append = True
+
+    def local_path(self, path: str) -> str | None:
+        return path if isinstance(self.fs, pafs.LocalFileSystem) else None
 
     def _info(self, path: str) -> pafs.FileInfo:
         return self.fs.get_file_info(path)

@@ -59,6 +59,9 @@ class LocalAppendFile:
 class LocalFileSystem(FileSystem):
     """The local disk. Paths are absolute OS paths."""
 
+    def local_path(self, path: str) -> str | None:
+        return path
+
     supports_append = True
 
     def exists(self, path: str) -> bool:

@@ -1,10 +1,13 @@
-"""Kafka record batches (magic 2) to Arrow and back.
+"""Kafka record batches (magic 2) to Arrow and back: the one codec of the broker (decode on
+produce, encode on fetch) and of the Spark sink and the tests (``build_batch``).
 
 Produce: ``decode_batch`` checks a batch's framing, magic and CRC-32C, decompresses its
 records with a bounded output buffer (a decompression bomb is refused, not expanded), and
 decodes them with aiokafka's C-accelerated ``DefaultRecordBatch`` into an Arrow batch of
 the storage input columns. Fetch: ``encode_batches`` turns stored Arrow batches back into
-record batches with aiokafka's ``DefaultRecordBatchBuilder``.
+record batches with aiokafka's ``DefaultRecordBatchBuilder``. ``build_batch`` builds one
+batch from records given as ``(offset delta, timestamp ms, key, value, headers)``.
+Refusals raise a ``sparklog.errors.BatchError`` subclass, one per Kafka error.
 
 Record batch v2 header (big-endian): baseOffset i64 | batchLength i32 |
 partitionLeaderEpoch i32 | magic i8 | crc u32 | attributes i16 | lastOffsetDelta i32 |
@@ -16,7 +19,7 @@ from __future__ import annotations
 
 import struct
 import zlib
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 import cramjam
@@ -24,6 +27,13 @@ import crc32c
 import pyarrow as pa
 from aiokafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
 
+from sparklog.errors import (
+    BatchTooLargeError,
+    CorruptBatchError,
+    InvalidBatchError,
+    UnsupportedBatchError,
+    UnsupportedMagicError,
+)
 from sparklog.storage.records import HEADERS_TYPE, TIMESTAMP_TYPE, empty_headers
 
 HEADER_SIZE = 61
@@ -35,14 +45,8 @@ TIMESTAMP_TYPE_BIT = 0x08
 TRANSACTIONAL_BIT = 0x10
 CONTROL_BIT = 0x20
 CODECS = {"uncompressed": 0, "producer": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
-
-
-class BatchError(Exception):
-    """A produce batch the broker refuses; ``kind`` picks the Kafka error code."""
-
-    def __init__(self, kind: str, message: str) -> None:
-        super().__init__(message)
-        self.kind = kind  # corrupt | magic | too_large | invalid | unsupported
+#: ``(offset delta, timestamp ms, key, value, headers)``: one record for ``build_batch``
+Record = tuple[int, int, bytes | None, bytes | None, Sequence[tuple[str, bytes | None]]]
 
 
 @dataclass(frozen=True)
@@ -66,16 +70,16 @@ def split_batches(data: bytes | memoryview) -> list[memoryview]:
     pos = 0
     while pos < len(view):
         if len(view) - pos < _MAGIC_AT + 1:
-            raise BatchError("corrupt", f"truncated record batch header at byte {pos}")
+            raise CorruptBatchError(f"truncated record batch header at byte {pos}")
         (length,) = struct.unpack_from(">i", view, pos + 8)
         magic = view[pos + _MAGIC_AT]
         if magic != 2:
-            raise BatchError(
-                "magic", f"record batch magic {magic} is not supported (only magic 2, Kafka 0.11+)"
+            raise UnsupportedMagicError(
+                f"record batch magic {magic} is not supported (only magic 2, Kafka 0.11+)"
             )
         end = pos + 12 + length
         if length < HEADER_SIZE - 12 or end > len(view):
-            raise BatchError("corrupt", f"record batch length {length} at byte {pos} is invalid")
+            raise CorruptBatchError(f"record batch length {length} at byte {pos} is invalid")
         out.append(view[pos:end])
         pos = end
     return out
@@ -86,11 +90,11 @@ def _gzip_into(data: memoryview, limit: int) -> bytes:
     try:
         out = d.decompress(data, limit + 1)
     except zlib.error as e:
-        raise BatchError("corrupt", f"gzip records do not decompress: {e}") from e
+        raise CorruptBatchError(f"gzip records do not decompress: {e}") from e
     if len(out) > limit:
-        raise BatchError("too_large", f"gzip batch decompresses past {limit} bytes")
+        raise BatchTooLargeError(f"gzip batch decompresses past {limit} bytes")
     if not d.eof:
-        raise BatchError("corrupt", "gzip data is truncated")
+        raise CorruptBatchError("gzip data is truncated")
     return out
 
 
@@ -102,10 +106,10 @@ def _snappy(data: memoryview, limit: int) -> bytes:
         pos = 16
         while pos < len(data):
             if pos + 4 > len(data):
-                raise BatchError("corrupt", "truncated xerial snappy chunk")
+                raise CorruptBatchError("truncated xerial snappy chunk")
             (size,) = struct.unpack_from(">i", data, pos)
             if size < 0 or pos + 4 + size > len(data):
-                raise BatchError("corrupt", f"xerial snappy chunk of {size} bytes at {pos}")
+                raise CorruptBatchError(f"xerial snappy chunk of {size} bytes at {pos}")
             blocks.append(bytes(data[pos + 4 : pos + 4 + size]))
             pos += 4 + size
     else:
@@ -115,10 +119,10 @@ def _snappy(data: memoryview, limit: int) -> bytes:
         for block in blocks:
             total += int(cramjam.snappy.decompress_raw_len(block))
             if total > limit:
-                raise BatchError("too_large", f"snappy batch decompresses past {limit} bytes")
+                raise BatchTooLargeError(f"snappy batch decompresses past {limit} bytes")
             parts.append(bytes(cramjam.snappy.decompress_raw(block)))
     except cramjam.DecompressionError as e:
-        raise BatchError("corrupt", f"snappy records do not decompress: {e}") from e
+        raise CorruptBatchError(f"snappy records do not decompress: {e}") from e
     return b"".join(parts)
 
 
@@ -129,13 +133,13 @@ _INTO: dict[int, Callable[[bytes, bytearray], int]] = {
 
 
 def decompress(codec: int, data: memoryview, limit: int) -> bytes:
-    """Decompress ``data`` into at most ``limit`` bytes (BatchError beyond)."""
+    """Decompress ``data`` into at most ``limit`` bytes (BatchTooLargeError beyond)."""
     if codec == 1:
         return _gzip_into(data, limit)
     if codec == 2:
         return _snappy(data, limit)
     if codec not in _INTO:
-        raise BatchError("corrupt", f"unknown compression codec {codec}")
+        raise CorruptBatchError(f"unknown compression codec {codec}")
     size = min(limit, max(64 * 1024, 8 * len(data)))
     while True:
         out = bytearray(size)
@@ -144,10 +148,10 @@ def decompress(codec: int, data: memoryview, limit: int) -> bytes:
             return bytes(out[:n]) if n < size else bytes(out)
         except (cramjam.DecompressionError, ValueError) as e:
             if "whole buffer" not in str(e) and "too small" not in str(e).lower():
-                raise BatchError("corrupt", f"records do not decompress: {e}") from e
+                raise CorruptBatchError(f"records do not decompress: {e}") from e
             if size >= limit:
-                raise BatchError(
-                    "too_large", f"batch decompresses past {limit} bytes; refused"
+                raise BatchTooLargeError(
+                    f"batch decompresses past {limit} bytes; refused"
                 ) from None
             size = min(limit, size * 4)
 
@@ -155,7 +159,7 @@ def decompress(codec: int, data: memoryview, limit: int) -> bytes:
 def decode_batch(raw: memoryview, *, max_decompressed: int) -> DecodedBatch:
     """Validate and decode one record batch (see the module docstring)."""
     if len(raw) < HEADER_SIZE:
-        raise BatchError("corrupt", f"record batch of {len(raw)} bytes is shorter than a header")
+        raise CorruptBatchError(f"record batch of {len(raw)} bytes is shorter than a header")
     (
         _base,
         _length,
@@ -172,11 +176,11 @@ def decode_batch(raw: memoryview, *, max_decompressed: int) -> DecodedBatch:
         count,
     ) = _HEADER.unpack_from(raw, 0)
     if crc32c.crc32c(raw[_CRC_START:]) != crc:
-        raise BatchError("corrupt", "record batch fails its CRC-32C")
+        raise CorruptBatchError("record batch fails its CRC-32C")
     if attributes & (TRANSACTIONAL_BIT | CONTROL_BIT):
-        raise BatchError("unsupported", "transactional and control batches are not supported")
+        raise UnsupportedBatchError("transactional and control batches are not supported")
     if count <= 0 or last_delta != count - 1:
-        raise BatchError("invalid", f"batch says {count} records and last delta {last_delta}")
+        raise InvalidBatchError(f"batch says {count} records and last delta {last_delta}")
     codec = attributes & CODEC_MASK
     if not codec:
         data = bytes(raw)
@@ -193,9 +197,9 @@ def decode_batch(raw: memoryview, *, max_decompressed: int) -> DecodedBatch:
     try:
         recs = list(batch)
     except Exception as e:  # aiokafka raises CorruptRecordException and struct errors
-        raise BatchError("corrupt", f"records do not decode: {e}") from e
+        raise CorruptBatchError(f"records do not decode: {e}") from e
     if len(recs) != count:
-        raise BatchError("invalid", f"batch says {count} records, holds {len(recs)}")
+        raise InvalidBatchError(f"batch says {count} records, holds {len(recs)}")
     ts_type = 1 if attributes & TIMESTAMP_TYPE_BIT else 0
     if any(r.headers for r in recs):
         headers = pa.array(
@@ -230,6 +234,40 @@ def decode_batch(raw: memoryview, *, max_decompressed: int) -> DecodedBatch:
     )
 
 
+def build_batch(
+    records: Iterable[Record],
+    *,
+    base_offset: int = 0,
+    producer_id: int = -1,
+    producer_epoch: int = -1,
+    base_sequence: int = -1,
+    codec: int = 0,
+    log_append_time: bool = False,
+) -> bytes:
+    """One magic-2 record batch of ``records`` (see the module docstring), compressed with
+    ``codec``; ``log_append_time`` sets the timestamp-type bit (the CRC covers it)."""
+    builder = DefaultRecordBatchBuilder(
+        magic=2,
+        compression_type=codec,
+        is_transactional=0,
+        producer_id=producer_id,
+        producer_epoch=producer_epoch,
+        base_sequence=base_sequence,
+        batch_size=2**31 - 1,
+    )
+    append = builder.append
+    for delta, ts, key, value, headers in records:
+        append(delta, ts, key, value, headers)
+    data = builder.build()
+    if base_offset:
+        struct.pack_into(">q", data, 0, base_offset)
+    if log_append_time:
+        attributes = struct.unpack_from(">h", data, _CRC_START)[0] | TIMESTAMP_TYPE_BIT
+        struct.pack_into(">h", data, _CRC_START, attributes)
+        struct.pack_into(">I", data, 17, crc32c.crc32c(bytes(data[_CRC_START:])))
+    return bytes(data)
+
+
 def encode_batches(
     batches: Iterable[pa.RecordBatch], *, codec: int = 0, max_records: int = 4096
 ) -> bytes:
@@ -249,31 +287,24 @@ def encode_batches(
             if hcol.offsets[-1].as_py() - hcol.offsets[0].as_py()
             else None
         )
-        ts_type = batch.column("timestamp_type")[0].as_py()
+        log_append_time = batch.column("timestamp_type")[0].as_py() == 1
         pid = batch.column("producer_id")[0].as_py()
         epoch = batch.column("producer_epoch")[0].as_py()
         seq0 = batch.column("sequence")[0].as_py()
         for start in range(0, n, max_records):
             stop = min(n, start + max_records)
             base = offsets[start]
-            builder = DefaultRecordBatchBuilder(
-                magic=2,
-                compression_type=codec,
-                is_transactional=0,
+            rows = (
+                (offsets[i] - base, ts[i], keys[i], values[i], headers[i] if headers else [])
+                for i in range(start, stop)
+            )
+            out += build_batch(
+                rows,
+                base_offset=base,
                 producer_id=pid,
                 producer_epoch=epoch,
                 base_sequence=seq0 if start == 0 else -1,
-                batch_size=2**31 - 1,
+                codec=codec,
+                log_append_time=log_append_time,
             )
-            for i in range(start, stop):
-                builder.append(
-                    offsets[i] - base, ts[i], keys[i], values[i], headers[i] if headers else []
-                )
-            data = builder.build()
-            struct.pack_into(">q", data, 0, base)
-            if ts_type == 1:  # LogAppendTime: set the bit; the CRC covers the attributes
-                attributes = struct.unpack_from(">h", data, _CRC_START)[0] | TIMESTAMP_TYPE_BIT
-                struct.pack_into(">h", data, _CRC_START, attributes)
-                struct.pack_into(">I", data, 17, crc32c.crc32c(bytes(data[_CRC_START:])))
-            out += data
     return bytes(out)

@@ -1,104 +1,23 @@
-"""A minimal synchronous Kafka client over kio, for sparklog's own tools.
-
-One TCP connection, one request at a time; enough for the CLI's admin calls (and, later,
-group offset commits from Spark). Applications use real Kafka clients instead.
+"""Admin calls over sparklog's own client (``sparklog.kafka.client``): topics, offsets,
+consumer groups. The CLI, the Spark source's group commits and the sink use them; each
+call raises ``KafkaRequestError`` with the broker's error code when the broker refuses.
 """
 
 from __future__ import annotations
 
-import io
-import socket
 import struct
 from typing import Any
 
 from kio.schema.errors import ErrorCode
-from kio.schema.request_header.v1.header import RequestHeader as RequestHeaderV1
-from kio.schema.request_header.v2.header import RequestHeader as RequestHeaderV2
-from kio.schema.response_header.v0.header import ResponseHeader as ResponseHeaderV0
-from kio.schema.response_header.v1.header import ResponseHeader as ResponseHeaderV1
-from kio.serial import entity_reader, entity_writer
-from kio.static.primitive import i16, i32
 
-from sparklog.broker import wire
-from sparklog.broker.config import parse_listen
-from sparklog.errors import SparkLogError
+from sparklog.errors import KafkaRequestError
+from sparklog.kafka.client import KafkaClient
+from sparklog.kafka.wire import ApiKey
 
+LATEST, EARLIEST = -1, -2  # ListOffsets' special timestamps
+TOPIC_RESOURCE = 2
 
-class KafkaRequestError(SparkLogError):
-    """A broker answered a request with an error code."""
-
-    def __init__(self, what: str, code: ErrorCode, message: str | None = None) -> None:
-        super().__init__(f"{what}: {code.name.upper()}" + (f" ({message})" if message else ""))
-        self.code = code
-
-
-class KafkaClient:
-    """See the module docstring. Use as a context manager."""
-
-    def __init__(
-        self, bootstrap: str, *, timeout_s: float = 30.0, client_id: str = "sparklog"
-    ) -> None:
-        host, port = parse_listen(bootstrap.split(",")[0].strip())
-        try:
-            self._sock = socket.create_connection((host, port), timeout=timeout_s)
-        except OSError as e:
-            raise SparkLogError(f"cannot connect to a broker at {host}:{port}: {e}") from e
-        self._correlation = 0
-        self.client_id = client_id
-
-    def __enter__(self) -> KafkaClient:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def close(self) -> None:
-        self._sock.close()
-
-    def _recv_exact(self, n: int) -> bytes:
-        chunks, got = [], 0
-        while got < n:
-            chunk = self._sock.recv(n - got)
-            if not chunk:
-                raise SparkLogError("the broker closed the connection")
-            chunks.append(chunk)
-            got += len(chunk)
-        return b"".join(chunks)
-
-    def request(self, api_key: int, version: int, body: dict[str, Any]) -> Any:
-        """Send one request (plain data, fitted by ``wire.build``) and return the response."""
-        self._correlation += 1
-        cls = wire.request_class(api_key, version)
-        header_cls = RequestHeaderV2 if cls.__flexible__ else RequestHeaderV1
-        buf = io.BytesIO()
-        header = header_cls(
-            request_api_key=i16(api_key),
-            request_api_version=i16(version),
-            correlation_id=i32(self._correlation),
-            client_id=self.client_id,
-        )
-        entity_writer(header_cls)(buf, header)
-        entity_writer(cls)(buf, wire.build(cls, body))
-        data = buf.getvalue()
-        self._sock.sendall(struct.pack(">i", len(data)) + data)
-        (size,) = struct.unpack(">i", self._recv_exact(4))
-        frame = self._recv_exact(size)
-        resp_cls = wire.response_class(api_key, version)
-        flexible = resp_cls.__flexible__ and api_key != wire.API_VERSIONS_KEY
-        rh_cls = ResponseHeaderV1 if flexible else ResponseHeaderV0
-        rheader: Any
-        rheader, used = entity_reader(rh_cls)(frame, 0)
-        if rheader.correlation_id != self._correlation:
-            raise SparkLogError(
-                f"response correlation id {rheader.correlation_id}, expected {self._correlation}"
-            )
-        response, _ = entity_reader(resp_cls)(frame, used)
-        return response
-
-
-# ---------------------------------------------------------------------------- admin calls
-
-METADATA, CREATE_TOPICS, DELETE_TOPICS, DESCRIBE_CONFIGS, LIST_OFFSETS = 3, 19, 20, 32, 2
+# ---------------------------------------------------------------------------- topics
 
 
 def _metadata_request(topics: list[str] | None) -> dict[str, Any]:
@@ -110,13 +29,13 @@ def _metadata_request(topics: list[str] | None) -> dict[str, Any]:
 
 
 def list_topics(client: KafkaClient) -> list[str]:
-    resp = client.request(METADATA, 12, _metadata_request(None))
+    resp = client.request(ApiKey.METADATA, 12, _metadata_request(None))
     return sorted(t.name for t in resp.topics if t.error_code == ErrorCode.none)
 
 
 def create_topic(client: KafkaClient, name: str, partitions: int, configs: dict[str, str]) -> None:
     resp = client.request(
-        CREATE_TOPICS,
+        ApiKey.CREATE_TOPICS,
         7,
         {
             "topics": [
@@ -138,109 +57,10 @@ def create_topic(client: KafkaClient, name: str, partitions: int, configs: dict[
 
 
 def delete_topic(client: KafkaClient, name: str) -> None:
-    resp = client.request(DELETE_TOPICS, 5, {"topic_names": [name], "timeout": 30_000})
+    resp = client.request(ApiKey.DELETE_TOPICS, 5, {"topic_names": [name], "timeout": 30_000})
     r = resp.responses[0]
     if r.error_code != ErrorCode.none:
         raise KafkaRequestError(f"delete topic {name!r}", r.error_code, r.error_message)
-
-
-def describe_topic(client: KafkaClient, name: str) -> dict[str, Any]:
-    md = client.request(METADATA, 12, _metadata_request([name]))
-    t = md.topics[0]
-    if t.error_code != ErrorCode.none:
-        raise KafkaRequestError(f"describe topic {name!r}", t.error_code)
-    cfg = client.request(
-        DESCRIBE_CONFIGS,
-        4,
-        {
-            "resources": [{"resource_type": 2, "resource_name": name, "configuration_keys": None}],
-            "include_synonyms": False,
-            "include_documentation": False,
-        },
-    ).results[0]
-    if cfg.error_code != ErrorCode.none:
-        raise KafkaRequestError(f"describe configs of {name!r}", cfg.error_code)
-    parts = sorted(p.partition_index for p in t.partitions)
-    ends = {}
-    for ts in (-2, -1):
-        resp = client.request(
-            LIST_OFFSETS,
-            7,
-            {
-                "replica_id": -1,
-                "isolation_level": 0,
-                "topics": [
-                    {
-                        "name": name,
-                        "partitions": [
-                            {"partition_index": p, "current_leader_epoch": -1, "timestamp": ts}
-                            for p in parts
-                        ],
-                    }
-                ],
-            },
-        )
-        ends[ts] = {p.partition_index: p.offset for p in resp.topics[0].partitions}
-    return {
-        "topic": name,
-        "topic_id": t.topic_id.hex,
-        "partitions": len(parts),
-        "configs": {c.name: c.value for c in cfg.configs},
-        "partition_state": [
-            {
-                "partition": p,
-                "leader": next(x.leader_id for x in t.partitions if x.partition_index == p),
-                "log_start_offset": ends[-2][p],
-                "high_watermark": ends[-1][p],
-            }
-            for p in parts
-        ],
-    }
-
-
-# ---------------------------------------------------------------------------- groups
-
-OFFSET_COMMIT, OFFSET_FETCH, FETCH, DESCRIBE_GROUPS, LIST_GROUPS, DELETE_GROUPS = (
-    8, 9, 1, 15, 16, 42,
-)  # fmt: skip
-
-
-def decode_assignment(data: bytes) -> dict[str, list[int]]:
-    """The partitions in a consumer-protocol Assignment (versions 0-3)."""
-    out: dict[str, list[int]] = {}
-    if len(data) < 6:
-        return out
-    pos = 2  # version
-    (n,) = struct.unpack_from(">i", data, pos)
-    pos += 4
-    for _ in range(max(n, 0)):
-        (tlen,) = struct.unpack_from(">h", data, pos)
-        topic = data[pos + 2 : pos + 2 + tlen].decode()
-        pos += 2 + tlen
-        (pn,) = struct.unpack_from(">i", data, pos)
-        pos += 4
-        parts = list(struct.unpack_from(f">{pn}i", data, pos)) if pn > 0 else []
-        pos += 4 * max(pn, 0)
-        out.setdefault(topic, []).extend(parts)
-    return out
-
-
-def list_groups(client: KafkaClient) -> list[tuple[str, str]]:
-    resp = client.request(LIST_GROUPS, 4, {"states_filter": []})
-    return [(g.group_id, g.group_state) for g in resp.groups]
-
-
-def committed_offsets(client: KafkaClient, group: str) -> dict[tuple[str, int], int]:
-    resp = client.request(
-        OFFSET_FETCH, 8, {"groups": [{"group_id": group, "topics": None}], "require_stable": False}
-    )
-    g = resp.groups[0]
-    return {
-        (t.name, p.partition_index): p.committed_offset
-        for t in g.topics
-        for p in t.partitions
-        if p.committed_offset >= 0
-    }
 
 
 def list_offsets(
@@ -248,7 +68,7 @@ def list_offsets(
 ) -> dict[int, tuple[int, int]]:
     """partition -> (offset, timestamp) for ListOffsets ``timestamp`` (-1 latest, -2 earliest)."""
     resp = client.request(
-        LIST_OFFSETS,
+        ApiKey.LIST_OFFSETS,
         7,
         {
             "replica_id": -1,
@@ -272,12 +92,121 @@ def list_offsets(
     return out
 
 
+def describe_topic(client: KafkaClient, name: str) -> dict[str, Any]:
+    md = client.request(ApiKey.METADATA, 12, _metadata_request([name]))
+    t = md.topics[0]
+    if t.error_code != ErrorCode.none:
+        raise KafkaRequestError(f"describe topic {name!r}", t.error_code)
+    cfg = client.request(
+        ApiKey.DESCRIBE_CONFIGS,
+        4,
+        {
+            "resources": [
+                {"resource_type": TOPIC_RESOURCE, "resource_name": name, "configuration_keys": None}
+            ],
+            "include_synonyms": False,
+            "include_documentation": False,
+        },
+    ).results[0]
+    if cfg.error_code != ErrorCode.none:
+        raise KafkaRequestError(f"describe configs of {name!r}", cfg.error_code)
+    parts = sorted(p.partition_index for p in t.partitions)
+    starts = list_offsets(client, name, parts, EARLIEST)
+    ends = list_offsets(client, name, parts, LATEST)
+    return {
+        "topic": name,
+        "topic_id": t.topic_id.hex,
+        "partitions": len(parts),
+        "configs": {c.name: c.value for c in cfg.configs},
+        "partition_state": [
+            {
+                "partition": p,
+                "leader": next(x.leader_id for x in t.partitions if x.partition_index == p),
+                "log_start_offset": starts[p][0],
+                "high_watermark": ends[p][0],
+            }
+            for p in parts
+        ],
+    }
+
+
+def topic_partitions(client: KafkaClient, topic: str) -> list[int]:
+    md = client.request(ApiKey.METADATA, 12, _metadata_request([topic]))
+    t = md.topics[0]
+    if t.error_code != ErrorCode.none:
+        raise KafkaRequestError(f"topic {topic!r}", t.error_code)
+    return sorted(p.partition_index for p in t.partitions)
+
+
+def partition_counts(
+    client: KafkaClient, topics: list[str], *, auto_create: bool
+) -> dict[str, int]:
+    """Partitions per topic (a missing topic is created if ``auto_create`` and the broker
+    auto-creates topics); KafkaRequestError for a topic that cannot be used."""
+    req = _metadata_request(topics)
+    req["allow_auto_topic_creation"] = auto_create
+    out = {}
+    for t in client.request(ApiKey.METADATA, 12, req).topics:
+        if t.error_code != ErrorCode.none or not t.partitions:
+            code = (
+                t.error_code
+                if t.error_code != ErrorCode.none
+                else ErrorCode.unknown_topic_or_partition
+            )
+            raise KafkaRequestError(f"topic {t.name!r}", code)
+        out[t.name] = len(t.partitions)
+    return out
+
+
+# ---------------------------------------------------------------------------- groups
+
+
+def decode_assignment(data: bytes) -> dict[str, list[int]]:
+    """The partitions in a consumer-protocol Assignment (versions 0-3)."""
+    out: dict[str, list[int]] = {}
+    if len(data) < 6:
+        return out
+    pos = 2  # version
+    (n,) = struct.unpack_from(">i", data, pos)
+    pos += 4
+    for _ in range(max(n, 0)):
+        (tlen,) = struct.unpack_from(">h", data, pos)
+        topic = data[pos + 2 : pos + 2 + tlen].decode()
+        pos += 2 + tlen
+        (pn,) = struct.unpack_from(">i", data, pos)
+        pos += 4
+        parts = list(struct.unpack_from(f">{pn}i", data, pos)) if pn > 0 else []
+        pos += 4 * max(pn, 0)
+        out.setdefault(topic, []).extend(parts)
+    return out
+
+
+def list_groups(client: KafkaClient) -> list[tuple[str, str]]:
+    resp = client.request(ApiKey.LIST_GROUPS, 4, {"states_filter": []})
+    return [(g.group_id, g.group_state) for g in resp.groups]
+
+
+def committed_offsets(client: KafkaClient, group: str) -> dict[tuple[str, int], int]:
+    resp = client.request(
+        ApiKey.OFFSET_FETCH,
+        8,
+        {"groups": [{"group_id": group, "topics": None}], "require_stable": False},
+    )
+    g = resp.groups[0]
+    return {
+        (t.name, p.partition_index): p.committed_offset
+        for t in g.topics
+        for p in t.partitions
+        if p.committed_offset >= 0
+    }
+
+
 def record_timestamp(client: KafkaClient, topic: str, partition: int, offset: int) -> int | None:
     """The timestamp of the first record at or after ``offset`` (a one-record fetch)."""
     from aiokafka.record.default_records import DefaultRecordBatch
 
     resp = client.request(
-        FETCH,
+        ApiKey.FETCH,
         12,
         {
             "replica_id": -1,
@@ -321,7 +250,7 @@ def describe_group(client: KafkaClient, group: str, now_ms: int) -> dict[str, An
     """Members, and per partition: owner, committed offset, log end, lag in records and in
     seconds (the age of the oldest unconsumed record)."""
     g = client.request(
-        DESCRIBE_GROUPS, 5, {"groups": [group], "include_authorized_operations": False}
+        ApiKey.DESCRIBE_GROUPS, 5, {"groups": [group], "include_authorized_operations": False}
     ).groups[0]
     if g.error_code != ErrorCode.none:
         raise KafkaRequestError(f"describe group {group!r}", g.error_code)
@@ -381,7 +310,7 @@ def commit_offsets(client: KafkaClient, group: str, offsets: dict[tuple[str, int
     for (t, p), o in sorted(offsets.items()):
         by_topic.setdefault(t, []).append((p, o))
     resp = client.request(
-        OFFSET_COMMIT,
+        ApiKey.OFFSET_COMMIT,
         8,
         {
             "group_id": group,
@@ -421,14 +350,26 @@ def commit_offsets(client: KafkaClient, group: str, offsets: dict[tuple[str, int
 
 
 def delete_group(client: KafkaClient, group: str) -> None:
-    r = client.request(DELETE_GROUPS, 2, {"groups_names": [group]}).results[0]
+    r = client.request(ApiKey.DELETE_GROUPS, 2, {"groups_names": [group]}).results[0]
     if r.error_code != ErrorCode.none:
         raise KafkaRequestError(f"delete group {group!r}", r.error_code)
 
 
-def topic_partitions(client: KafkaClient, topic: str) -> list[int]:
-    md = client.request(METADATA, 12, _metadata_request([topic]))
-    t = md.topics[0]
-    if t.error_code != ErrorCode.none:
-        raise KafkaRequestError(f"topic {topic!r}", t.error_code)
-    return sorted(p.partition_index for p in t.partitions)
+# ---------------------------------------------------------------------------- producers
+
+
+def init_producer_id(client: KafkaClient) -> tuple[int, int]:
+    """A new idempotent producer id and its epoch (InitProducerId without a transaction)."""
+    resp = client.request(
+        ApiKey.INIT_PRODUCER_ID,
+        4,
+        {
+            "transactional_id": None,
+            "transaction_timeout": 60_000,
+            "producer_id": -1,
+            "producer_epoch": -1,
+        },
+    )
+    if resp.error_code != ErrorCode.none:
+        raise KafkaRequestError("init producer id", resp.error_code)
+    return int(resp.producer_id), int(resp.producer_epoch)

@@ -1,6 +1,8 @@
-"""Idempotent producers: producer ids, epochs and per-partition sequence numbers.
+"""Idempotent-producer state of one partition, kept beside its log (Kafka's
+``ProducerStateManager``): a new writer of the partition - a restarted broker, or in
+cluster mode the partition's next leader - rebuilds it from storage alone.
 
-Per partition, ``ProducerStates`` keeps for each producer id its epoch and its last five
+``ProducerStates`` keeps for each producer id its epoch and its last five
 batches ``(first sequence, last sequence, first offset, last offset)``. For a new batch:
 
 - an epoch below the current one is fenced: INVALID_PRODUCER_EPOCH;
@@ -14,53 +16,56 @@ batches ``(first sequence, last sequence, first offset, last offset)``. For a ne
   0 for a new producer or a new epoch): else OUT_OF_ORDER_SEQUENCE_NUMBER, or
   UNKNOWN_PRODUCER_ID when the partition has no state for the producer at all.
 
-Snapshot (``<partition>/producer-state.json``, replaced atomically)::
+Snapshot (``<partition>/producer-state.json``, ``names.PRODUCER_STATE_FILE``, replaced
+atomically)::
 
     {"format": 1, "offset": N,
      "producers": {"<pid>": {"epoch": e, "batches": [[fs, ls, fo, lo], ...]}}}
 
-``offset`` is the log end the snapshot covers. A broker writes one when a segment rolls and
-when it closes; on open it loads the snapshot and replays the producer columns of the
-records from ``offset`` on (``ProducerStates.replay``). The snapshot is not a segment, so
-retention never deletes it: producer state survives retention and restarts.
-
-Producer ids come from ``ProducerIdAllocator``: blocks of ids reserved durably in
-``<root>/producer-ids.json`` before any id of the block is handed out.
+``offset`` is the log end the snapshot covers (everything below it is durable). The
+partition log (``sparklog.storage.log``) writes one when its active segment rolls and when
+it closes; on open it loads the snapshot (``read_snapshot``; an unreadable one is logged
+and ignored) and replays the producer columns of the records from ``offset`` on
+(``ProducerStates.replay``). The snapshot is not a segment, so retention never deletes it:
+producer state survives retention and restarts. It is derived data: losing it costs only
+the state of producers whose last records retention has deleted.
 """
 
 from __future__ import annotations
 
 import json
-import threading
+import logging
 from collections import deque
 from dataclasses import dataclass, field
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from sparklog.errors import CorruptMetadataError, SparkLogError
+from sparklog.errors import (
+    CorruptMetadataError,
+    DuplicateSequenceError,
+    InvalidProducerEpochError,
+    OutOfOrderSequenceError,
+    UnknownProducerError,
+)
 from sparklog.storage import names
 from sparklog.storage.fs import FileSystem
 
+log = logging.getLogger(__name__)
+
 MAX_BATCHES = 5
 SEQ_MOD = 2**31
-ID_BLOCK = 1000
 
 
-class OutOfOrderSequenceError(SparkLogError):
-    """A produce batch's sequence does not follow the producer's last one."""
+@dataclass(frozen=True)
+class ProducerBatch:
+    """The idempotence identity of an appended batch: producer id and epoch, and the
+    sequence of its first record; ``count`` records follow it consecutively."""
 
-
-class DuplicateSequenceError(SparkLogError):
-    """A produce batch lies wholly before the producer's last five: it was written before."""
-
-
-class UnknownProducerError(SparkLogError):
-    """A produce batch continues a producer this partition has no state for."""
-
-
-class InvalidProducerEpochError(SparkLogError):
-    """A produce batch carries an epoch older than the producer's current one (fenced)."""
+    producer_id: int
+    producer_epoch: int
+    base_sequence: int
+    count: int
 
 
 @dataclass(frozen=True)
@@ -79,7 +84,7 @@ class ProducerEntry:
 
 class ProducerStates:
     """Idempotence state of one partition; see the module docstring. Not thread-safe: the
-    caller holds the partition's append lock."""
+    partition log calls it under its append lock."""
 
     def __init__(self) -> None:
         self.producers: dict[int, ProducerEntry] = {}
@@ -229,34 +234,17 @@ class ProducerStates:
         return states
 
 
-class ProducerIdAllocator:
-    """Hands out producer ids; blocks of ``ID_BLOCK`` are reserved durably first."""
+def read_snapshot(fs: FileSystem, partition_path: str) -> ProducerStates | None:
+    """The partition's producer snapshot; None if there is none or it is unreadable."""
+    path = fs.join(partition_path, names.PRODUCER_STATE_FILE)
+    try:
+        return ProducerStates.from_json(fs.read_bytes(path), path)
+    except FileNotFoundError:
+        return None
+    except CorruptMetadataError as e:
+        log.warning("%s; rebuilding producer state from the log", e)
+        return None
 
-    def __init__(self, fs: FileSystem, root: str) -> None:
-        self.fs = fs
-        self.root = root
-        self.path = fs.join(root, names.PRODUCER_IDS_FILE)
-        self._lock = threading.Lock()
-        self._next = 0
-        self._limit = 0
 
-    def _reserve(self) -> None:
-        start = 0
-        try:
-            start = int(json.loads(self.fs.read_bytes(self.path))["next_block"])
-        except FileNotFoundError:
-            pass
-        except (ValueError, KeyError, TypeError) as e:
-            raise CorruptMetadataError(f"{self.path}: unreadable: {e}") from e
-        self.fs.write_atomic(self.path, json.dumps({"next_block": start + ID_BLOCK}).encode())
-        self.fs.sync_file(self.path)
-        self.fs.sync_dir(self.root)
-        self._next, self._limit = start, start + ID_BLOCK
-
-    def next_id(self) -> int:
-        with self._lock:
-            if self._next >= self._limit:
-                self._reserve()
-            pid = self._next
-            self._next += 1
-            return pid
+def write_snapshot(fs: FileSystem, partition_path: str, states: ProducerStates) -> None:
+    fs.write_atomic(fs.join(partition_path, names.PRODUCER_STATE_FILE), states.to_json())

@@ -1,27 +1,16 @@
-"""Fixtures of the consumer-group tests: a real broker process, and group members in child
-processes (``helpers.Member``) that are always reaped."""
+"""Fixtures of the consumer-group tests: group members in child processes
+(``helpers.Member``) that are always reaped, on the broker of ``tests/broker/conftest.py``."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.broker.conftest import BrokerProcess
+from sparklog.harness import BrokerProcess
 
 from .helpers import Member
-
-
-@pytest.fixture
-def broker(tmp_path: Path) -> Iterator[BrokerProcess]:
-    b = BrokerProcess(str(tmp_path / "broker-data")).start()
-    try:
-        yield b
-    finally:
-        b.stop()
-        b.kill()
 
 
 @pytest.fixture

@@ -1,4 +1,6 @@
-"""Kafka wire framing and message (de)serialisation, built on ``kio``.
+"""Kafka wire framing and message (de)serialisation, built on ``kio``: both sides use it
+(the broker parses requests and writes responses; sparklog's client and the tests write
+requests and parse responses).
 
 A request frame is ``int32 size | request header | request body``; a response frame is
 ``int32 size | response header | response body``. Header versions follow the body's
@@ -6,6 +8,8 @@ flexibility: flexible requests use request header v2 and response header v1, oth
 and v0 - except ApiVersions, whose response header is always v0 (KIP-511: a client must be
 able to read it before it knows the broker's versions).
 
+``ApiKey`` names every API key sparklog speaks. ``encode_request`` / ``decode_response`` are
+the client side of a frame, ``parse_request`` / ``encode_response`` the broker side.
 ``build(cls, value)`` turns plain Python data (dicts, lists, ints, bytes, None) into a kio
 entity of class ``cls``, ignoring keys the class does not have. Handlers describe a
 response once as plain data and ``build`` fits it to whatever version was asked for.
@@ -15,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import enum
 import functools
 import io
 import struct
@@ -29,15 +34,41 @@ from kio.schema.request_header.v2.header import RequestHeader as RequestHeaderV2
 from kio.schema.response_header.v0.header import ResponseHeader as ResponseHeaderV0
 from kio.schema.response_header.v1.header import ResponseHeader as ResponseHeaderV1
 from kio.serial import entity_reader, entity_writer
-from kio.static.primitive import TZAware, i32, i32Timedelta, i64Timedelta
+from kio.static.primitive import TZAware, i16, i32, i32Timedelta, i64Timedelta
 
-API_VERSIONS_KEY = 18
+from sparklog.errors import FrameError
+
 _SIZE = struct.Struct(">i")
 _KEY_VERSION = struct.Struct(">hhi")
 
 
-class FrameError(Exception):
-    """A request that cannot be parsed: the connection is closed."""
+class ApiKey(enum.IntEnum):
+    """The Kafka API keys sparklog speaks (Kafka's ``ApiKeys``)."""
+
+    PRODUCE = 0
+    FETCH = 1
+    LIST_OFFSETS = 2
+    METADATA = 3
+    OFFSET_COMMIT = 8
+    OFFSET_FETCH = 9
+    FIND_COORDINATOR = 10
+    JOIN_GROUP = 11
+    HEARTBEAT = 12
+    LEAVE_GROUP = 13
+    SYNC_GROUP = 14
+    DESCRIBE_GROUPS = 15
+    LIST_GROUPS = 16
+    API_VERSIONS = 18
+    CREATE_TOPICS = 19
+    DELETE_TOPICS = 20
+    DELETE_RECORDS = 21
+    INIT_PRODUCER_ID = 22
+    DESCRIBE_CONFIGS = 32
+    CREATE_PARTITIONS = 37
+    DELETE_GROUPS = 42
+
+
+API_VERSIONS_KEY = ApiKey.API_VERSIONS
 
 
 @dataclasses.dataclass(frozen=True)
@@ -201,17 +232,55 @@ def _check_counts(cls: Any, buf: bytes, pos: int) -> None:
 
 def encode_response(api_key: int, version: int, correlation_id: int, body: Any) -> bytes:
     """A whole response frame, size prefix included."""
-    flexible = type(body).__flexible__ and api_key != API_VERSIONS_KEY
+    header_cls = _response_header_class(api_key, type(body).__flexible__)
     buf = io.BytesIO()
     buf.write(b"\0\0\0\0")
-    if flexible:
-        _writer(ResponseHeaderV1)(buf, ResponseHeaderV1(correlation_id=i32(correlation_id)))
-    else:
-        _writer(ResponseHeaderV0)(buf, ResponseHeaderV0(correlation_id=i32(correlation_id)))
+    _writer(header_cls)(buf, header_cls(correlation_id=i32(correlation_id)))
     _writer(type(body))(buf, body)
     data = buf.getbuffer()
     _SIZE.pack_into(data, 0, len(data) - 4)
     return bytes(data)
+
+
+def _response_header_class(api_key: int, flexible_body: bool) -> Any:
+    return ResponseHeaderV1 if flexible_body and api_key != API_VERSIONS_KEY else ResponseHeaderV0
+
+
+def encode_request(
+    api_key: int,
+    version: int,
+    correlation_id: int,
+    body: Any,
+    *,
+    client_id: str | None = "sparklog",
+) -> bytes:
+    """A whole request frame, size prefix included. ``body`` is a kio request entity or
+    plain data for ``build``; the header is v2 for flexible versions, v1 otherwise."""
+    cls = request_class(api_key, version)
+    if not isinstance(body, cls):
+        body = build(cls, body)
+    header_cls = RequestHeaderV2 if cls.__flexible__ else RequestHeaderV1
+    header = header_cls(
+        request_api_key=i16(api_key),
+        request_api_version=i16(version),
+        correlation_id=i32(correlation_id),
+        client_id=client_id,
+    )
+    buf = io.BytesIO()
+    buf.write(b"\0\0\0\0")
+    _writer(header_cls)(buf, header)
+    _writer(cls)(buf, body)
+    data = buf.getbuffer()
+    _SIZE.pack_into(data, 0, len(data) - 4)
+    return bytes(data)
+
+
+def decode_response(api_key: int, version: int, frame: bytes) -> tuple[int, Any]:
+    """(correlation id, kio response entity) of a response frame without its size prefix."""
+    cls = response_class(api_key, version)
+    header, used = _reader(_response_header_class(api_key, cls.__flexible__))(frame, 0)
+    body, _ = _reader(cls)(frame, used)
+    return int(header.correlation_id), body
 
 
 # ---------------------------------------------------------------------------- build

@@ -17,7 +17,7 @@ import pytest
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 from kio.schema.errors import ErrorCode
 
-from tests.broker.conftest import BrokerProcess
+from sparklog.harness import BrokerProcess
 from tests.broker.rawclient import RawClient
 
 from .helpers import (

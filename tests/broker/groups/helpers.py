@@ -1,6 +1,6 @@
 """Group members in child processes, and what the group tests check about them.
 
-``Member`` runs ``tests/groups/worker.py`` (one real consumer, confluent-kafka or
+``Member`` runs ``tests/broker/groups/worker.py`` (one real consumer, confluent-kafka or
 kafka-python) and collects its JSON events; the parent can SIGKILL it at any moment and still
 know every record it processed and every commit the broker acknowledged. From those events:
 
@@ -30,9 +30,10 @@ from typing import Any
 
 from confluent_kafka import Producer
 
-from sparklog.broker import client as kc
+from sparklog.kafka import admin as kc
+from sparklog.kafka.client import KafkaClient
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
 SESSION_MS = 6000
 HEARTBEAT_MS = 1000
@@ -71,7 +72,7 @@ class Member:
         self.name = name
         self.client = client
         cmd = [
-            sys.executable, "-m", "tests.groups.worker", "--client", client,
+            sys.executable, "-m", "tests.broker.groups.worker", "--client", client,
             "--bootstrap", bootstrap, "--group", group, "--topic", topic, "--name", name,
             "--delay", str(delay), "--session-ms", str(session_ms),
             "--heartbeat-ms", str(heartbeat_ms),
@@ -318,7 +319,7 @@ def assignment(topic: str, partitions: list[int]) -> bytes:
 
 
 def create_topic(bootstrap: str, name: str, partitions: int) -> None:
-    with kc.KafkaClient(bootstrap) as c:
+    with KafkaClient(bootstrap) as c:
         kc.create_topic(c, name, partitions, {})
 
 
@@ -359,7 +360,7 @@ def produce(
 
 def committed(bootstrap: str, group: str) -> dict[tuple[str, int], int]:
     """The group's committed offsets through OffsetFetch (sparklog's own client)."""
-    with kc.KafkaClient(bootstrap) as c:
+    with KafkaClient(bootstrap) as c:
         return kc.committed_offsets(c, group)
 
 

@@ -1,6 +1,6 @@
-"""One consumer-group member in its own process, for tests/groups.
+"""One consumer-group member in its own process, for tests/broker/groups.
 
-    python -m tests.groups.worker --client confluent|kafka-python --bootstrap HOST:PORT
+    python -m tests.broker.groups.worker --client confluent|kafka-python --bootstrap HOST:PORT
         --group G --topic T --name N [--strategy S] [--delay SECONDS] [--no-commit]
         [--session-ms MS] [--heartbeat-ms MS] [--max-records N]
 

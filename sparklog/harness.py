@@ -1,4 +1,5 @@
-"""A broker in a child process: for the embedded demo, the tests and the benchmarks.
+"""A broker in a child process: the harness of the embedded demo, the tests and the benchmarks
+(not part of the broker: it only starts one, as a user would).
 
 ``BrokerProcess`` runs ``python -m sparklog.cli broker start --data-dir DIR --listen
 127.0.0.1:PORT`` (port 0: the kernel picks one) and reads the port from the "listening on
@@ -22,7 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 LISTENING = re.compile(r"listening on (\S+):(\d+)")
-_PROJECT = Path(__file__).resolve().parents[2]
+_PROJECT = Path(__file__).resolve().parents[1]
 _PR_SET_PDEATHSIG = 1
 
 

@@ -1,0 +1,139 @@
+"""One client connection of the broker (as aiokafka's ``conn.py`` is one of the client).
+
+A ``Connection`` knows who is on the other end: the peer address, the listener the client
+reached (the address the broker advertises to it in Metadata and FindCoordinator), the
+client software it named in ApiVersions v3+, the API versions it has used, and its
+principal (``User:ANONYMOUS`` until authentication exists; SASL and mTLS set it here).
+Every handler sees it through ``RequestContext.connection``.
+
+``serve`` is the connection's request loop. Requests are read ahead and processed as they
+arrive, up to ``max_inflight_requests`` at a time (a client pipelining produce requests
+need not wait for each fsync); responses go back strictly in request order (Kafka's
+contract with clients that pipeline). Each handler runs up to its first await before the
+next one starts, so appends happen in request order too, which idempotent producers rely
+on. A frame whose declared size is negative or above ``socket_request_max_bytes`` closes
+the connection before its body is read; so does a frame the dispatcher refuses
+(``FrameError``). Memory per connection is bounded by ``max_inflight_requests`` frames.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import struct
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+from sparklog.errors import FrameError
+
+log = logging.getLogger("sparklog.broker")
+
+ANONYMOUS = "User:ANONYMOUS"
+Dispatch = Callable[["Connection", bytes], Coroutine[Any, Any, bytes | None]]
+
+
+class Connection:
+    """See the module docstring."""
+
+    def __init__(
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        *,
+        advertised_host: str,
+        advertised_port: int,
+        max_request_bytes: int,
+        max_inflight: int,
+    ) -> None:
+        self._reader = reader
+        self._writer = writer
+        peer = writer.get_extra_info("peername")
+        self.peer: tuple[str, int] = (str(peer[0]), int(peer[1])) if peer else ("", 0)
+        self.advertised_host = advertised_host
+        self.advertised_port = advertised_port
+        self.principal = ANONYMOUS
+        self.client_software: tuple[str, str] | None = None
+        self.api_versions_used: dict[int, int] = {}
+        self._max_request_bytes = max_request_bytes
+        self._max_inflight = max_inflight
+
+    @property
+    def peer_host(self) -> str:
+        return self.peer[0]
+
+    def __str__(self) -> str:
+        return f"{self.peer[0]}:{self.peer[1]}"
+
+    def close(self) -> None:
+        self._writer.close()
+
+    async def serve(self, dispatch: Dispatch) -> None:
+        """Serve requests until the client closes, breaks a rule, or the task is cancelled."""
+        inflight: asyncio.Queue[asyncio.Task[bytes | None] | None] = asyncio.Queue(
+            self._max_inflight
+        )
+        writer = self._writer
+
+        async def respond() -> None:
+            while True:
+                item = await inflight.get()
+                if item is None:
+                    return
+                response = await item
+                if response is not None:
+                    writer.write(response)
+                    await writer.drain()
+
+        responder = asyncio.get_running_loop().create_task(respond())
+        pending: list[asyncio.Task[bytes | None]] = []
+        try:
+            while not responder.done():
+                try:
+                    head = await _race(self._reader.readexactly(4), responder)
+                except asyncio.IncompleteReadError as e:
+                    if e.partial:
+                        raise
+                    break  # the client finished sending: answer what it sent, then close
+                if head is None:
+                    break
+                (size,) = struct.unpack(">i", head)
+                if size < 8 or size > self._max_request_bytes:
+                    log.warning(
+                        "closing %s: request of %d bytes (limit %d)",
+                        self, size, self._max_request_bytes,
+                    )  # fmt: skip
+                    break
+                frame = await _race(self._reader.readexactly(size), responder)
+                if frame is None:
+                    break
+                work = asyncio.get_running_loop().create_task(dispatch(self, frame))
+                pending = [t for t in pending if not t.done()]
+                pending.append(work)
+                if await _race(inflight.put(work), responder) is None and responder.done():
+                    break
+            if not responder.done():
+                await inflight.put(None)
+                await responder
+            else:
+                responder.result()
+        except (asyncio.IncompleteReadError, ConnectionError, asyncio.CancelledError):
+            pass
+        except FrameError as e:
+            log.warning("closing %s: %s", self, e)
+        except Exception:
+            log.exception("closing %s after an unexpected error", self)
+        finally:
+            responder.cancel()
+            for t in pending:
+                t.cancel()
+            writer.close()
+
+
+async def _race(step: Any, responder: asyncio.Task[None]) -> Any:
+    """Await ``step`` unless the responder finishes first (then None; ``step`` cancelled)."""
+    work = asyncio.ensure_future(step)
+    done, _ = await asyncio.wait({work, responder}, return_when=asyncio.FIRST_COMPLETED)
+    if work in done:
+        return work.result()
+    work.cancel()
+    return None

@@ -1,0 +1,169 @@
+"""Group commit: one fsync makes every append waiting on it durable.
+
+``GroupCommit`` is the one owner of a partition log's durability. It holds the *durable
+position* (``LogPosition``: the high watermark - everything below it is fsynced and
+visible to readers) and a *sync token*: fsyncs, rolls and high-watermark moves each hold
+the token, so they happen one at a time, while appends continue during an fsync.
+
+Two ways to wait until ``next_offset`` is durable:
+
+- ``wait(next_offset)`` blocks. If no sync is running, the caller takes the token and runs
+  the sync step itself (no hand-off to another thread); else it waits for the running one,
+  and runs another if that did not cover it.
+- ``future(next_offset)`` returns a ``concurrent.futures.Future`` at once (the broker wraps
+  it for its event loop). If no sync is running one is started on a small process-wide
+  thread pool; a sync ends by resolving every future it covered and starting the next one
+  if futures are still waiting beyond it. A failed sync fails the futures it was for (the
+  appends are not acknowledged; a blocking waiter sees the exception itself).
+
+The sync step (given by the log) reads where the log ends, fsyncs up to there, moves the
+high-watermark checkpoint and returns the new durable position. After every move the
+listeners added with ``on_durable`` are called (on the syncing thread), so that, for
+example, the broker wakes its fetch long-polls.
+
+Thread-safety: every method may be called from any thread.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+
+from sparklog.storage.checkpoints import LogPosition
+
+log = logging.getLogger(__name__)
+
+SYNC_THREADS = 4
+
+_pool: ThreadPoolExecutor | None = None
+_pool_lock = threading.Lock()
+
+
+def _sync_pool() -> ThreadPoolExecutor:
+    """The process-wide threads that run fsyncs for ``future`` waiters."""
+    global _pool
+    with _pool_lock:
+        if _pool is None:
+            _pool = ThreadPoolExecutor(SYNC_THREADS, thread_name_prefix="sparklog-fsync")
+        return _pool
+
+
+class GroupCommit:
+    """See the module docstring."""
+
+    def __init__(
+        self, sync_step: Callable[[], LogPosition], durable: LogPosition, *, label: str = ""
+    ) -> None:
+        self._sync_step = sync_step
+        self._durable = durable
+        self._label = label
+        self._cond = threading.Condition()
+        self._syncing = False
+        self._scheduled = False
+        self._waiters: list[tuple[int, Future[None]]] = []
+        self._listeners: list[Callable[[LogPosition], None]] = []
+        self.fsync_count = 0
+
+    @property
+    def durable(self) -> LogPosition:
+        return self._durable
+
+    def on_durable(self, listener: Callable[[LogPosition], None]) -> None:
+        """Call ``listener(position)`` after every move of the durable position."""
+        self._listeners.append(listener)
+
+    # ------------------------------------------------------------------ waiting
+
+    def wait(self, next_offset: int) -> None:
+        """Block until every offset below ``next_offset`` is durable."""
+        while True:
+            with self._cond:
+                while self._syncing and self._durable.offset < next_offset:
+                    self._cond.wait()
+                if self._durable.offset >= next_offset:
+                    return
+                self._syncing = True
+            self._sync_and_release()
+            if self._durable.offset >= next_offset:
+                return
+
+    def future(self, next_offset: int) -> Future[None]:
+        """A future resolved once every offset below ``next_offset`` is durable."""
+        fut: Future[None] = Future()
+        with self._cond:
+            if self._durable.offset >= next_offset:
+                fut.set_result(None)
+                return fut
+            self._waiters.append((next_offset, fut))
+            start = not self._syncing and not self._scheduled
+            if start:
+                self._scheduled = True
+        if start:
+            _sync_pool().submit(self._drain)
+        return fut
+
+    def _drain(self) -> None:
+        with self._cond:
+            self._scheduled = False
+            if self._syncing or not self._waiters:
+                return  # the token holder starts the next sync when it releases
+            self._syncing = True
+        with contextlib.suppress(Exception):  # logged, and the waiters failed, below
+            self._sync_and_release()
+
+    def _sync_and_release(self) -> None:
+        try:
+            position = self._sync_step()
+        except BaseException as e:
+            log.exception("%s: fsync failed", self._label)
+            self._release(None, e)
+            raise
+        self.fsync_count += 1
+        self._release(position, None)
+
+    # ------------------------------------------------------------------ the token
+
+    @contextlib.contextmanager
+    def exclusive(self) -> Iterator[Callable[[LogPosition], None]]:
+        """Hold the sync token (no fsync or high-watermark move meanwhile). The value is a
+        function to call with the durable position the holder established, if any."""
+        with self._cond:
+            while self._syncing:
+                self._cond.wait()
+            self._syncing = True
+        moved: list[LogPosition] = []
+        try:
+            yield moved.append
+        finally:
+            self._release(moved[-1] if moved else None, None)
+
+    def _release(self, position: LogPosition | None, error: BaseException | None) -> None:
+        with self._cond:
+            if position is not None and position.offset >= self._durable.offset:
+                self._durable = position
+            durable = self._durable.offset
+            done = [f for off, f in self._waiters if off <= durable]
+            if error is not None:
+                failed, self._waiters = [f for _, f in self._waiters if f not in done], []
+            else:
+                failed = []
+                self._waiters = [(off, f) for off, f in self._waiters if off > durable]
+            again = bool(self._waiters) and not self._scheduled
+            if again:
+                self._scheduled = True
+            self._syncing = False
+            self._cond.notify_all()
+        for f in done:
+            if not f.done():
+                f.set_result(None)
+        for f in failed:
+            if not f.done():
+                f.set_exception(error if isinstance(error, Exception) else RuntimeError(error))
+        if position is not None:
+            for listener in self._listeners:
+                listener(self._durable)
+        if again:
+            _sync_pool().submit(self._drain)

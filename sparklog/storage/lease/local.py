@@ -1,0 +1,94 @@
+"""Local lease backend: one ``flock`` file per lease name, on this machine's disk.
+
+Lease files (``names.lease_path``): ``DATA_DIR`` is ``<dir>/.lock``, ``compaction/<topic>``
+is ``<dir>/topics/<topic>/.compaction.lock``, any other name ``<dir>/.leases/<name>.lock``
+(``/`` in a name becomes a subdirectory). A lease is held with ``flock(LOCK_EX | LOCK_NB)``
+on the file for as long as the holder keeps it open; the kernel releases it when the holder
+dies, so a SIGKILLed holder never leaves a stale lease, and a live holder never loses it:
+``renew`` only checks that it was not released.
+
+File content, rewritten (and fsynced) by each new holder while it holds the lock, so the
+epoch only ever grows::
+
+    epoch=7 holder=broker 0 pid 1234 since=1763980000
+
+A file from before epochs existed (``pid=... since=...``) counts as epoch 0.
+Thread-safety: a ``LocalLease`` may be used from any thread; ``flock`` excludes other open
+files of the same path, in this process too.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import re
+import threading
+import time
+
+from sparklog.errors import LeaseLostError
+from sparklog.storage import names
+from sparklog.storage.lease import Lease, LeaseStore, held_error
+
+_EPOCH = re.compile(r"\bepoch=(\d+)")
+
+
+class LocalLease(Lease):
+    """A held ``flock`` (see the module docstring)."""
+
+    def __init__(self, name: str, holder: str, epoch: int, path: str, fd: int) -> None:
+        self.name = name
+        self.holder = holder
+        self.epoch = epoch
+        self.path = path
+        self._fd: int | None = fd
+        self._lock = threading.Lock()
+
+    def renew(self) -> None:
+        if self._fd is None:
+            raise LeaseLostError(f"lease {self.name!r} (epoch {self.epoch}) was released")
+
+    @property
+    def lost(self) -> bool:
+        return self._fd is None
+
+    def release(self) -> None:
+        with self._lock:
+            if self._fd is not None:
+                fcntl.flock(self._fd, fcntl.LOCK_UN)
+                os.close(self._fd)
+                self._fd = None
+
+
+class LocalLeaseStore(LeaseStore):
+    """Leases as lock files under the directory ``directory`` (see the module docstring)."""
+
+    def __init__(self, directory: str) -> None:
+        self.directory = directory
+
+    def path(self, name: str) -> str:
+        return names.lease_path(self.directory, name)
+
+    def acquire(self, name: str, holder: str) -> LocalLease:
+        path = self.path(name)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            try:
+                content = os.pread(fd, 300, 0).decode(errors="replace").strip()
+            finally:
+                os.close(fd)
+            raise held_error(name, content, path) from None
+        try:
+            previous = os.pread(fd, 300, 0).decode(errors="replace")
+            found = _EPOCH.search(previous)
+            epoch = int(found.group(1)) + 1 if found else 1
+            line = f"epoch={epoch} holder={holder} pid={os.getpid()} since={int(time.time())}\n"
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, line.encode(), 0)
+            os.fsync(fd)
+        except BaseException:
+            os.close(fd)
+            raise
+        return LocalLease(name, holder, epoch, path, fd)

@@ -1,0 +1,126 @@
+"""Every change to a partition's segment set, as a named manifest transform.
+
+A transform is a callable ``Manifest -> Manifest | None`` given to ``ManifestStore.commit``,
+which applies it to the latest version and creates the next one (create-if-absent), re-running
+it on the new latest version when it loses a race. Returning None commits nothing; raising
+aborts (``SegmentNotLiveError`` when an input was swapped out meanwhile, ``LeaseLostError``
+when the writer's epoch is fenced). Transforms are pure: files are written before the
+commit, never by a transform.
+
+Who commits what (the partition's *writer* is the broker that leads it, or an offline tool
+holding the data-dir lease; jobs are other processes that never call the writer):
+
+==================  ==========  =================================================================
+transform           committer   change
+==================  ==========  =================================================================
+``Roll``            writer      the active segment gets its end; a new empty one becomes active
+``Seal``            writer      a rolled ``.arrow`` segment is replaced by its Parquet file
+``EpochChange``     writer      a new leader epoch; commits of an older epoch are fenced
+``DeleteRecords``   writer      the log start offset advances (Kafka's DeleteRecords)
+``DropSegments``    retention   a prefix of segments chosen on the latest version is dropped
+``Compact``         compaction  a section is swapped for its rewritten segments; ``cleaned``
+                                marks (``manifest.updated_marks``) record when it was compacted
+==================  ==========  =================================================================
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from sparklog.errors import LeaseLostError
+from sparklog.storage.manifest import Manifest, SegmentInfo, updated_marks
+
+
+@dataclass(frozen=True)
+class Roll:
+    """``rolled`` (the active segment, now with its end and size) stays; ``active``, a new
+    empty segment starting at that end, becomes the active one."""
+
+    rolled: SegmentInfo
+    active: SegmentInfo
+
+    def __call__(self, m: Manifest) -> Manifest:
+        return m.replace([self.rolled.name], [self.rolled, self.active])
+
+
+@dataclass(frozen=True)
+class Seal:
+    """The rolled segment ``rolled_name`` is replaced by ``sealed``, its Parquet file."""
+
+    rolled_name: str
+    sealed: SegmentInfo
+
+    def __call__(self, m: Manifest) -> Manifest:
+        return m.replace([self.rolled_name], [self.sealed])
+
+
+@dataclass(frozen=True)
+class EpochChange:
+    """The partition's writer now leads under ``epoch``. An epoch below the manifest's is
+    fenced (a newer leader committed since); the same epoch again commits nothing."""
+
+    epoch: int
+    label: str = ""
+
+    def __call__(self, m: Manifest) -> Manifest | None:
+        if self.epoch < m.leader_epoch:
+            raise LeaseLostError(
+                f"{self.label}: leader epoch {self.epoch} is fenced by epoch {m.leader_epoch} "
+                f"(manifest version {m.version})"
+            )
+        if self.epoch == m.leader_epoch:
+            return None
+        return dataclasses.replace(m, leader_epoch=self.epoch)
+
+
+@dataclass(frozen=True)
+class DeleteRecords:
+    """The log start offset moves up to ``before_offset`` (never down)."""
+
+    before_offset: int
+
+    def __call__(self, m: Manifest) -> Manifest | None:
+        if self.before_offset <= m.log_start_offset:
+            return None
+        return dataclasses.replace(m, log_start_offset=self.before_offset)
+
+
+@dataclass(frozen=True)
+class DropSegments:
+    """The segments ``choose`` picks on the latest version (a prefix: retention's plan) are
+    dropped; the log start offset follows. Choosing on the latest version means a lost race
+    re-plans instead of conflicting."""
+
+    choose: Callable[[Manifest], Sequence[SegmentInfo]]
+
+    def __call__(self, m: Manifest) -> Manifest | None:
+        chosen = self.choose(m)
+        if not chosen:
+            return None
+        return m.replace([s.name for s in chosen], [])
+
+
+@dataclass(frozen=True)
+class Compact:
+    """The section ``inputs`` (still live, else ``SegmentNotLiveError``) is swapped for
+    ``outputs``, which cover exactly its offsets; the ``cleaned`` marks record that offsets
+    below ``end_offset`` were compacted at ``now_ms``."""
+
+    inputs: tuple[str, ...]
+    outputs: tuple[SegmentInfo, ...]
+    end_offset: int
+    now_ms: int
+    delete_retention_ms: int
+
+    def __call__(self, m: Manifest) -> Manifest:
+        nxt = m.replace(self.inputs, self.outputs)
+        marks = updated_marks(
+            m.cleaned,
+            end_offset=self.end_offset,
+            now_ms=self.now_ms,
+            delete_retention_ms=self.delete_retention_ms,
+            first_offset=nxt.segments[0].base_offset,
+        )
+        return dataclasses.replace(nxt, cleaned=marks)
