@@ -46,7 +46,7 @@ from _broker import (  # fmt: skip
 )
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 
-from sparklog.datasource.batch import KAFKA_SCHEMA, OffsetRange, read_range
+from sparklog.datasource.scan import KAFKA_SCHEMA, OffsetRange, read_range
 from sparklog.storage import Storage
 from sparklog.storage.records import TIMESTAMP_TYPE
 

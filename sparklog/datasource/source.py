@@ -7,8 +7,9 @@ from typing import Any
 
 from pyspark.sql.datasource import DataSource
 
-from sparklog.datasource.batch import HEADERS_SCHEMA, KAFKA_SCHEMA, SparkLogBatchReader
+from sparklog.datasource.batch import SparkLogBatchReader
 from sparklog.datasource.options import batch_options, stream_options
+from sparklog.datasource.scan import HEADERS_SCHEMA, KAFKA_SCHEMA
 from sparklog.datasource.stream import SparkLogStreamReader
 from sparklog.datasource.writer import SparkLogStreamWriter, SparkLogWriter, write_options
 from sparklog.errors import OptionError

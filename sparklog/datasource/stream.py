@@ -28,17 +28,12 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
-from sparklog.datasource.batch import (
-    OffsetRange,
-    SparkLogBatchReader,
-    read_range,
-    start_by_timestamp,
-)
-from sparklog.datasource.options import BatchOptions, StreamOptions
+from sparklog.datasource.options import StreamOptions
+from sparklog.datasource.plan import ReadPlanner, TopicPartition
+from sparklog.datasource.scan import OffsetRange, read_partition
 from sparklog.kafka import admin
 from sparklog.kafka.client import KafkaClient
-from sparklog.storage import Storage
-from sparklog.storage.reader import PartitionReader
+from sparklog.storage.reader import LogView
 
 log = logging.getLogger(__name__)
 
@@ -46,11 +41,11 @@ Offsets = dict[str, dict[str, int]]
 GROUP_COMMIT_TIMEOUT_S = 10.0  # a courtesy commit must not hold a micro-batch up for long
 
 
-def _flat(offsets: Offsets) -> dict[tuple[str, int], int]:
+def _flat(offsets: Offsets) -> dict[TopicPartition, int]:
     return {(t, int(p)): int(o) for t, parts in offsets.items() for p, o in parts.items()}
 
 
-def _nest(flat: dict[tuple[str, int], int]) -> Offsets:
+def _nest(flat: dict[TopicPartition, int]) -> Offsets:
     out: Offsets = {}
     for (t, p), o in sorted(flat.items()):
         out.setdefault(t, {})[str(p)] = o
@@ -58,8 +53,8 @@ def _nest(flat: dict[tuple[str, int], int]) -> Offsets:
 
 
 def share_limit(
-    start: dict[tuple[str, int], int], latest: dict[tuple[str, int], int], limit: int
-) -> dict[tuple[str, int], int]:
+    start: dict[TopicPartition, int], latest: dict[TopicPartition, int], limit: int
+) -> dict[TopicPartition, int]:
     """End offsets admitting at most ``limit`` offsets in total, in proportion to backlog."""
     backlog = {k: max(latest[k] - start.get(k, latest[k]), 0) for k in latest}
     total = sum(backlog.values())
@@ -77,34 +72,27 @@ def share_limit(
 
 
 class SparkLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """See the module docstring. Each ``latestOffset`` reads every partition's bounds once
+    (``ReadPlanner.snapshot``); ``reportLatestOffset`` and ``partitions`` of the same
+    micro-batch use what it read."""
+
     def __init__(self, options: StreamOptions) -> None:
         self.options = options
-        self._target: dict[tuple[str, int], int] | None = None
-        self._committed: dict[tuple[str, int], int] = {}
+        self._plan = ReadPlanner.of(options)
+        self._target: dict[TopicPartition, int] | None = None
+        self._committed: dict[TopicPartition, int] = {}
         self._last_batch = time.monotonic()
-        self._latest_seen: dict[tuple[str, int], int] | None = None
-        self._batch = SparkLogBatchReader(
-            BatchOptions(
-                options.path,
-                options.subscription,
-                "earliest",
-                "latest",
-                None,
-                options.fail_on_data_loss,
-                options.include_headers,
-                options.max_records_per_partition,
-            )
-        )
+        self._log_starts: dict[TopicPartition, int] | None = None
+        self._latest_seen: dict[TopicPartition, int] | None = None
 
-    def _bounds(self) -> dict[tuple[str, int], tuple[int, int]]:
-        storage = Storage(self.options.path)
-        out = {}
-        for topic, p in self._batch._topic_partitions(storage):
-            view = PartitionReader(storage.fs, storage.root, topic, p).view()
-            out[(topic, p)] = (view.log_start_offset, view.high_watermark)
-        return out
+    def _bounds(self) -> dict[TopicPartition, LogView]:
+        """Every partition's view, read once; remembered for the micro-batch's other calls."""
+        views = self._plan.snapshot()
+        self._log_starts = {tp: v.log_start_offset for tp, v in views.items()}
+        self._latest_seen = {tp: v.high_watermark for tp, v in views.items()}
+        return views
 
-    def _within_target(self, latest: dict[tuple[str, int], int]) -> dict[tuple[str, int], int]:
+    def _within_target(self, latest: dict[TopicPartition, int]) -> dict[TopicPartition, int]:
         """``latest`` capped at an AvailableNow run's target (partitions beyond it dropped)."""
         if self._target is not None:
             latest = {k: min(v, self._target.get(k, 0)) for k, v in latest.items()
@@ -112,37 +100,21 @@ class SparkLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return latest
 
     def initialOffset(self) -> Offsets:
-        if self.options.starting_timestamps is not None:
-            return self._initial_by_timestamp()
-        bounds = self._bounds()
-        starting = self.options.starting
-        if starting == "earliest":
-            return _nest({k: lo for k, (lo, _hi) in bounds.items()})
-        if starting == "latest":
-            return _nest({k: hi for k, (_lo, hi) in bounds.items()})
-        if starting == "group":
-            assert self.options.client is not None and self.options.group
-            with KafkaClient(self.options.client) as c:
-                committed = admin.committed_offsets(c, self.options.group)
-            return _nest({k: committed.get(k, lo) for k, (lo, _hi) in bounds.items()})
-        assert isinstance(starting, dict)
-        flat = {}
-        for (t, p), (lo, hi) in bounds.items():
-            value = starting.get(t, {}).get(p, -2)
-            flat[(t, p)] = lo if value == -2 else hi if value == -1 else value
-        return _nest(flat)
-
-    def _initial_by_timestamp(self) -> Offsets:
-        spec = self.options.starting_timestamps
-        assert spec is not None
-        storage = Storage(self.options.path)
-        flat = {}
-        for topic, p in self._batch._topic_partitions(storage):
-            view = PartitionReader(storage.fs, storage.root, topic, p).view()
-            flat[(topic, p)] = start_by_timestamp(
-                view, spec, topic, p, view.high_watermark, self.options.timestamp_strategy
-            )
-        return _nest(flat)
+        o = self.options
+        views = self._bounds()
+        if o.starting_timestamps is not None:
+            return _nest({
+                tp: self._plan.start_by_timestamp(
+                    v, o.starting_timestamps, tp, v.high_watermark, o.timestamp_strategy
+                )
+                for tp, v in views.items()
+            })  # fmt: skip
+        if o.starting == "group":
+            assert o.client is not None and o.group
+            with KafkaClient(o.client) as c:
+                committed = admin.committed_offsets(c, o.group)
+            return _nest({tp: committed.get(tp, v.log_start_offset) for tp, v in views.items()})
+        return _nest({tp: ReadPlanner.offset(o.starting, tp, v, -2) for tp, v in views.items()})
 
     def getDefaultReadLimit(self) -> ReadLimit:
         limit = self.options.max_offsets_per_trigger
@@ -154,11 +126,11 @@ class SparkLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         # one, so the last batch of a query (an AvailableNow run) would never be committed.
         self._commit_group(start)
         begin = _flat(start)
-        bounds = self._bounds()
-        self._latest_seen = {k: hi for k, (_lo, hi) in bounds.items()}
+        views = self._bounds()
+        assert self._latest_seen is not None
         latest = self._within_target(self._latest_seen)
-        for k in latest:  # new partitions start at their log start
-            begin.setdefault(k, bounds[k][0])
+        for tp in latest:  # new partitions start at their log start
+            begin.setdefault(tp, views[tp].log_start_offset)
         if isinstance(limit, ReadMaxRows):
             latest = share_limit(begin, latest, int(limit.max_rows))
         minimum = self.options.min_offsets_per_trigger
@@ -177,33 +149,27 @@ class SparkLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         # Spark asks right after ``latestOffset``: report the high watermarks read there,
         # as Spark's Kafka source reports the offsets its latestOffset fetched
         if self._latest_seen is None:
-            self._latest_seen = {k: hi for k, (_lo, hi) in self._bounds().items()}
+            self._bounds()
+        assert self._latest_seen is not None
         return _nest(self._latest_seen)
 
     def prepareForTriggerAvailableNow(self) -> None:
-        self._target = {k: hi for k, (_lo, hi) in self._bounds().items()}
+        self._bounds()
+        self._target = dict(self._latest_seen or {})
 
     def partitions(self, start: Offsets, end: Offsets) -> list[OffsetRange]:
         begin, stop = _flat(start), _flat(end)
-        o = self.options
-        ranges = []
-        step = o.max_records_per_partition
-        missing = [k for k in stop if k not in begin]
-        if missing:  # partitions that appeared in this batch start at their log start
-            bounds = self._bounds()
-            begin.update({k: bounds[k][0] if k in bounds else stop[k] for k in missing})
-        for (t, p), e in sorted(stop.items()):
-            s = begin[(t, p)]
-            for lo in range(s, e, step):
-                ranges.append(OffsetRange(o.path, t, p, lo, min(lo + step, e),
-                                          o.include_headers, o.fail_on_data_loss,
-                                          o.check_crcs))  # fmt: skip
-        return ranges
+        log_starts = self._log_starts
+        if log_starts is None or any(tp not in log_starts for tp in stop):
+            self._bounds()  # a batch replayed after a restart, or a partition new since
+            log_starts = self._log_starts
+            assert log_starts is not None
+        for tp in stop:  # partitions that appeared in this batch start at their log start
+            begin.setdefault(tp, log_starts.get(tp, stop[tp]))
+        return self._plan.ranges(begin, stop, log_starts)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        if not isinstance(partition, OffsetRange):
-            return iter(())
-        return read_range(partition)
+        return read_partition(partition)
 
     def commit(self, end: Offsets) -> None:
         self._commit_group(end)

@@ -87,6 +87,7 @@ from sparklog.kafka.client import ClientSettings
 from sparklog.kafka.partitioner import murmur2_partition
 from sparklog.storage import crashpoints, names
 from sparklog.storage.fs import FileSystem, filesystem_for
+from sparklog.storage.versioned import VersionedFiles
 
 log = logging.getLogger(__name__)
 
@@ -230,35 +231,22 @@ class SinkState:
             raise CorruptMetadataError(f"{where}: unreadable sink state: {e}") from e
 
 
-def _state_name(batch: int) -> str:
-    return f"{batch:020d}.json"
-
-
-def _parse_state_name(name: str) -> int | None:
-    stem, dot, ext = name.partition(".")
-    return int(stem) if dot and ext == "json" and len(stem) == 20 and stem.isdigit() else None
-
-
 class StateStore:
-    """The sink state files of one task (``<state_dir>/<task>/``)."""
+    """The sink state files of one task (``<state_dir>/<task>/``): batch states are the
+    versions of a ``VersionedFiles`` directory (version = batch id), each created once."""
 
     def __init__(self, state_dir: str, task: int) -> None:
         self.fs: FileSystem
         self.fs, base = filesystem_for(state_dir)
         self.dir = self.fs.join(base, str(task))
-
-    def _batches(self) -> list[int]:
-        if not self.fs.exists(self.dir):
-            return []
-        found = (_parse_state_name(n) for n in self.fs.listdir(self.dir))
-        return sorted(b for b in found if b is not None)
+        self._states = VersionedFiles(self.fs, self.dir)
 
     def latest(self) -> SinkState | None:
-        batches = self._batches()
-        if not batches:
+        found = self._states.latest()
+        if found is None:
             return None
-        path = self.fs.join(self.dir, _state_name(batches[-1]))
-        return SinkState.from_json(self.fs.read_bytes(path), path)
+        batch, data = found
+        return SinkState.from_json(data, self._states.path(batch))
 
     def identity(self, allocate: Callable[[], tuple[int, int]]) -> tuple[int, int]:
         """The task's producer id and epoch: the recorded ones, else ``allocate()``'s,
@@ -279,9 +267,9 @@ class StateStore:
     def save(self, state: SinkState) -> None:
         self.fs.makedirs(self.dir)
         # False: a concurrent attempt of this task (speculation) wrote the same batch first
-        self.fs.create_exclusive(self.fs.join(self.dir, _state_name(state.batch)), state.to_json())
-        for old in self._batches()[:-KEEP_STATES]:
-            self.fs.delete(self.fs.join(self.dir, _state_name(old)))
+        self._states.try_commit(state.batch, state.to_json())
+        for old in self._states.versions()[:-KEEP_STATES]:
+            self._states.delete(old)
 
 
 # ---------------------------------------------------------------------------- the task

@@ -1,13 +1,14 @@
 """What an export reads: per-partition offset ranges, as a DataFrame in the Kafka columns.
 
-``plan`` resolves the topic's partitions and offset ranges with the DataSource's own
-option rules (``startingOffsets``, ``startingTimestamp``, ``endingOffsets``; offsets removed
-by retention fail the export, naming them). Each range is split where the sealed segments
-end: the sealed part is plain Parquet and is read by Spark's own vectorised Parquet reader
-(``spark.read.parquet`` over the segment files the manifest names, filtered to the range);
-the rest (rolled and active ``.arrow`` segments) goes through ``format("sparklog")``. The
-files a plan names stay on disk for ``file.delete.delay.ms`` after a compaction or
-retention swaps them out, so an export shorter than that reads a consistent version.
+``plan`` resolves the topic's partitions and offset ranges with the DataSource's own read
+planner and option rules (``startingOffsets``, ``startingTimestamp``, ``endingOffsets``;
+offsets removed by retention fail the export, naming them). Each range is split where the
+sealed segments end: the sealed part is plain Parquet and is read by Spark's own vectorised
+Parquet reader (``spark.read.parquet`` over the segment files the manifest names, filtered
+to the range); the rest (rolled and active ``.arrow`` segments) goes through
+``format("sparklog")``. The files a plan names stay on disk for ``file.delete.delay.ms``
+after a compaction or retention swaps them out, so an export shorter than that reads a
+consistent version.
 
 ``decode`` turns the binary value into typed columns with Spark's ``from_json`` /
 ``from_avro``.
@@ -20,12 +21,10 @@ import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from sparklog.datasource.batch import SparkLogBatchReader
 from sparklog.datasource.options import batch_options
+from sparklog.datasource.plan import ReadPlanner
 from sparklog.errors import ExportUsageError
 from sparklog.export.options import ExportOptions
-from sparklog.storage import Storage
-from sparklog.storage.reader import PartitionReader
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -55,17 +54,10 @@ class PartitionRange:
 
 def plan(opts: ExportOptions) -> list[PartitionRange]:
     """Every partition's range to export (see the module docstring)."""
-    storage = Storage(opts.data_dir)
-    whole = {"path": opts.data_dir, "maxRecordsPerPartition": str(2**62)}
-    reader = SparkLogBatchReader(batch_options({**whole, **opts.source_options()}))
-    spans: dict[int, tuple[int, int]] = {}
-    for r in reader.partitions():
-        lo, hi = spans.get(r.partition, (r.start, r.end))
-        spans[r.partition] = (min(lo, r.start), max(hi, r.end))
+    options = batch_options({"path": opts.data_dir, **opts.source_options()})
+    planner = ReadPlanner.of(options)
     out = []
-    for p in range(storage.topics.get(opts.topic).partitions):
-        start, end = spans.get(p, (0, 0))
-        view = PartitionReader(storage.fs, storage.root, opts.topic, p).view()
+    for (topic, p), (start, end, view) in sorted(planner.batch_spans(options).items()):
         files: list[str] = []
         sealed_end = start
         for info in view.manifest.segments:
@@ -74,10 +66,9 @@ def plan(opts: ExportOptions) -> list[PartitionRange]:
             if not info.sealed or sealed_end >= end:
                 break  # the sealed prefix of the range ends here
             assert info.next_offset is not None
-            files.append(storage.fs.join(view.path, info.name))
+            files.append(view.fs.join(view.path, info.name))
             sealed_end = min(info.next_offset, end)
-        out.append(PartitionRange(opts.topic, p, start, end, max(sealed_end, start),
-                                  tuple(files)))  # fmt: skip
+        out.append(PartitionRange(topic, p, start, end, max(sealed_end, start), tuple(files)))
     return out
 
 

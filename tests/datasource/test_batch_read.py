@@ -210,7 +210,7 @@ def test_filters_spark_cannot_push_still_apply(read: Any) -> None:
 
 
 def test_small_batches_are_coalesced_before_spark_sees_them() -> None:
-    from sparklog.datasource.batch import coalesce
+    from sparklog.datasource.scan import coalesce
 
     small = [pa.record_batch({"offset": pa.array([i], pa.int64())}) for i in range(10)]
     big = pa.record_batch({"offset": pa.array(range(10, 20), pa.int64())})

@@ -1,0 +1,269 @@
+"""The read planner of ``format("sparklog")``, for batch and stream reads (driver side).
+
+One ``ReadPlanner`` per reader does what both kinds of read need, once per plan:
+
+- ``topic_partitions``: the subscription (``subscribe``, ``subscribePattern``, ``assign``)
+  resolved against the topics in storage;
+- ``snapshot``: one consistent view of every subscribed partition (manifest and high
+  watermark, read together): its bounds ``[log start, high watermark)`` and, for time
+  lookups, its time index. A batch plan and a micro-batch each read it once;
+- ``offset`` / ``start_by_timestamp``: a ``startingOffsets``/``endingOffsets`` spec, or a
+  starting time, resolved for one partition (Spark's Kafka source's rules);
+- ``checked_start``: the ``failOnDataLoss`` rule for offsets below the log start;
+- ``split``: each partition's range cut into ``OffsetRange`` tasks of at most
+  ``maxRecordsPerPartition`` offsets (``sparklog.datasource.scan`` reads them);
+- ``batch_spans``: the whole range of every partition a batch read (or an export) covers,
+  narrowed by pushed filters (``Pushed``).
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from pyspark.sql.datasource import (
+    EqualTo,
+    Filter,
+    GreaterThan,
+    GreaterThanOrEqual,
+    In,
+    LessThan,
+    LessThanOrEqual,
+)
+
+from sparklog.datasource.options import BatchOptions, StreamOptions, Subscription, Timestamps
+from sparklog.datasource.scan import OffsetRange
+from sparklog.errors import OffsetOutOfRangeError, OptionError, UnknownTopicError
+from sparklog.storage import Storage
+from sparklog.storage.reader import LogView, PartitionReader
+
+log = logging.getLogger(__name__)
+
+TopicPartition = tuple[str, int]
+#: ``"earliest"``/``"latest"``, or per-partition offsets (-2 earliest, -1 latest)
+OffsetSpec = str | dict[str, dict[int, int]]
+EARLIEST, LATEST = -2, -1
+NO_OFFSET_LIMIT = 2**63 - 1
+
+
+@dataclass
+class Pushed:
+    """What pushed filters allow a scan to skip: partitions, an offset window, and records
+    before the first one at or after a timestamp (timestamps need not be monotonic, so only
+    a lower bound on time can narrow a range; the time index finds where it starts)."""
+
+    partitions: set[int] | None = None
+    offset_lo: int = 0
+    offset_hi: int = NO_OFFSET_LIMIT
+    timestamp_lo_ms: int | None = None
+
+    def add(self, f: Filter) -> None:
+        """Narrow by ``f`` if it is a filter on partition, offset or timestamp."""
+        attr: tuple[str, ...] = tuple(getattr(f, "attribute", ()))
+        if len(attr) != 1:
+            return
+        name, value = attr[0], getattr(f, "value", 0)
+        if name == "partition":
+            self._partitions(f, value)
+        elif name == "offset":
+            self._offsets(f, value)
+        elif (
+            name == "timestamp"
+            and isinstance(f, GreaterThan | GreaterThanOrEqual | EqualTo)
+            and isinstance(value, datetime.datetime)
+        ):
+            ms = int(value.timestamp() * 1000)
+            current = self.timestamp_lo_ms
+            self.timestamp_lo_ms = ms if current is None else max(current, ms)
+
+    def _partitions(self, f: Filter, value: object) -> None:
+        wanted: set[int] | None = None
+        if isinstance(f, EqualTo):
+            wanted = {int(value)}  # type: ignore[call-overload]
+        elif isinstance(f, In):
+            wanted = {int(v) for v in f.value}
+        if wanted is not None:
+            self.partitions = wanted if self.partitions is None else self.partitions & wanted
+
+    def _offsets(self, f: Filter, value: object) -> None:
+        if isinstance(f, In):
+            vals = [int(v) for v in f.value]
+            lo, hi = (min(vals), max(vals) + 1) if vals else (0, 0)
+        else:
+            v = int(value)  # type: ignore[call-overload]
+            lo, hi = {
+                EqualTo: (v, v + 1),
+                GreaterThan: (v + 1, NO_OFFSET_LIMIT),
+                GreaterThanOrEqual: (v, NO_OFFSET_LIMIT),
+                LessThan: (0, v),
+                LessThanOrEqual: (0, v + 1),
+            }.get(type(f), (0, NO_OFFSET_LIMIT))
+        self.offset_lo, self.offset_hi = max(self.offset_lo, lo), min(self.offset_hi, hi)
+
+
+class ReadPlanner:
+    """See the module docstring. Plain data only: a reader may be pickled with it."""
+
+    def __init__(
+        self,
+        path: str,
+        subscription: Subscription,
+        *,
+        fail_on_data_loss: bool,
+        include_headers: bool,
+        max_records_per_partition: int,
+        check_crcs: bool,
+    ) -> None:
+        self.path = path
+        self.subscription = subscription
+        self.fail_on_data_loss = fail_on_data_loss
+        self.include_headers = include_headers
+        self.max_records_per_partition = max_records_per_partition
+        self.check_crcs = check_crcs
+
+    @classmethod
+    def of(cls, o: BatchOptions | StreamOptions) -> ReadPlanner:
+        return cls(
+            o.path,
+            o.subscription,
+            fail_on_data_loss=o.fail_on_data_loss,
+            include_headers=o.include_headers,
+            max_records_per_partition=o.max_records_per_partition,
+            check_crcs=o.check_crcs,
+        )
+
+    # ------------------------------------------------------------------ what and where
+
+    def topic_partitions(self, storage: Storage) -> list[TopicPartition]:
+        sub = self.subscription
+        if sub.assign:
+            for t, p in sub.assign:
+                storage.topics.check_partition(t, p)
+            return list(sub.assign)
+        if sub.pattern is not None:
+            rx = re.compile(sub.pattern)
+            topics = [t for t in storage.topics.list() if rx.fullmatch(t)]
+        else:
+            topics = list(sub.topics)
+        out = []
+        for t in topics:
+            try:
+                meta = storage.topics.get(t)
+            except UnknownTopicError as e:
+                raise OptionError(f"option subscribe: {e}") from None
+            out += [(t, p) for p in range(meta.partitions)]
+        return out
+
+    def snapshot(self) -> dict[TopicPartition, LogView]:
+        """A view of every subscribed partition, each read once (see the module docstring)."""
+        storage = Storage(self.path)
+        return {
+            (t, p): PartitionReader(storage.fs, storage.root, t, p).view()
+            for t, p in self.topic_partitions(storage)
+        }
+
+    # ------------------------------------------------------------------ offsets
+
+    @staticmethod
+    def offset(spec: OffsetSpec, tp: TopicPartition, view: LogView, default: int) -> int:
+        """``spec`` resolved for ``tp``; a partition it does not list takes ``default``."""
+        lo, hi = view.log_start_offset, view.high_watermark
+        if isinstance(spec, str):
+            return lo if spec == "earliest" else hi
+        value = spec.get(tp[0], {}).get(tp[1], default)
+        return lo if value == EARLIEST else hi if value == LATEST else value
+
+    @staticmethod
+    def start_by_timestamp(
+        view: LogView, spec: Timestamps, tp: TopicPartition, default: int, strategy: str
+    ) -> int:
+        """The first offset at or after the partition's starting time (``default`` if the
+        options give it none); no such record: an error, or the latest offset with
+        ``startingOffsetsByTimestampStrategy=latest`` (Spark's Kafka source's rule)."""
+        ms = spec.of(*tp)
+        if ms is None:
+            return default
+        found = view.offset_for_timestamp(ms)
+        if found is not None:
+            return found
+        if strategy == "latest":
+            return view.high_watermark
+        raise OffsetOutOfRangeError(
+            f"{tp[0]}-{tp[1]}: no record has a timestamp at or after {ms}; set "
+            "startingOffsetsByTimestampStrategy=latest to start at the latest offset instead"
+        )
+
+    def checked_start(self, tp: TopicPartition, start: int, log_start: int) -> int:
+        """``start``, or with ``failOnDataLoss=false`` the log start if retention removed
+        offsets from ``start`` on (with ``true`` that is an error naming them)."""
+        if start >= log_start:
+            return start
+        if self.fail_on_data_loss:
+            raise OffsetOutOfRangeError(
+                f"{tp[0]}-{tp[1]}: offsets {start}..{log_start - 1} were removed by retention "
+                f"(log start {log_start}); set failOnDataLoss=false to read from {log_start}"
+            )
+        log.warning("%s-%d: offsets %d..%d are gone; reading from %d",
+                    tp[0], tp[1], start, log_start - 1, log_start)  # fmt: skip
+        return log_start
+
+    # ------------------------------------------------------------------ tasks
+
+    def split(self, spans: Mapping[TopicPartition, tuple[int, int]]) -> list[OffsetRange]:
+        """Every span ``[start, end)`` cut into tasks of at most maxRecordsPerPartition."""
+        step = self.max_records_per_partition
+        flags = (self.include_headers, self.fail_on_data_loss, self.check_crcs)
+        return [
+            OffsetRange(self.path, t, p, lo, min(lo + step, end), *flags)
+            for (t, p), (start, end) in sorted(spans.items())
+            for lo in range(start, end, step)
+        ]
+
+    def ranges(
+        self,
+        begin: Mapping[TopicPartition, int],
+        end: Mapping[TopicPartition, int],
+        log_starts: Mapping[TopicPartition, int],
+    ) -> list[OffsetRange]:
+        """A micro-batch's tasks: ``[begin, end)`` per partition, starts checked against
+        the log starts (``checked_start``)."""
+        spans = {}
+        for tp, stop in end.items():
+            start = begin[tp]
+            if start < stop and tp in log_starts:
+                start = min(self.checked_start(tp, start, log_starts[tp]), stop)
+            spans[tp] = (start, stop)
+        return self.split(spans)
+
+    def batch_spans(
+        self, o: BatchOptions, pushed: Pushed | None = None
+    ) -> dict[TopicPartition, tuple[int, int, LogView]]:
+        """Every partition's ``[start, end)`` of a batch read, and the view it was planned
+        on: the starting and ending options, narrowed by ``pushed`` filters."""
+        pushed = pushed or Pushed()
+        out = {}
+        for tp, view in self.snapshot().items():
+            if pushed.partitions is not None and tp[1] not in pushed.partitions:
+                continue
+            lo, hi = view.log_start_offset, view.high_watermark
+            start = self.offset(o.starting, tp, view, EARLIEST)
+            if o.starting_timestamps is not None:
+                start = self.start_by_timestamp(
+                    view, o.starting_timestamps, tp, start, o.timestamp_strategy
+                )
+            end = self.offset(o.ending, tp, view, LATEST)
+            if o.ending_timestamps is not None:
+                ms = o.ending_timestamps.of(*tp)
+                found = None if ms is None else view.offset_for_timestamp(ms)
+                end = hi if found is None else found
+            start = self.checked_start(tp, start, lo)
+            end = min(end, hi, pushed.offset_hi)
+            start = max(start, pushed.offset_lo)
+            if pushed.timestamp_lo_ms is not None and start < end:
+                first = view.offset_for_timestamp(pushed.timestamp_lo_ms)
+                start = end if first is None else max(start, first)
+            out[tp] = (start, end, view)
+        return out

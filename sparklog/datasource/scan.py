@@ -1,0 +1,123 @@
+"""What one Spark task of a ``format("sparklog")`` read does (runs in executors).
+
+An ``OffsetRange`` (planned by ``sparklog.datasource.plan``) names offsets ``[start, end)``
+of one topic partition; ``read_range`` opens the storage root itself, reads those records
+up to the high watermark and yields Arrow batches in the Kafka source's columns
+(``KAFKA_SCHEMA``, timestamps in microseconds, UTC). Only plain data crosses the Spark
+boundary. Offsets removed while the query ran fail the task, or with
+``failOnDataLoss=false`` are skipped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+
+import pyarrow as pa
+from pyspark.sql.datasource import InputPartition
+
+from sparklog.errors import OffsetOutOfRangeError
+from sparklog.storage import Storage
+from sparklog.storage.reader import PartitionReader
+
+KAFKA_SCHEMA = (
+    "key binary, value binary, topic string, partition int, offset long, "
+    "timestamp timestamp, timestampType int"
+)
+HEADERS_SCHEMA = ", headers array<struct<key: string, value: binary>>"
+_TS_US = pa.timestamp("us", tz="UTC")
+COALESCE_ROWS = 65_536
+_HEADERS = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
+
+#: the stored columns a read needs (the producer columns are the broker's business)
+READ_COLUMNS = ["offset", "timestamp", "timestamp_type", "key", "value"]
+
+
+@dataclass(frozen=True)
+class OffsetRange(InputPartition):
+    """Offsets ``[start, end)`` of one topic partition: what one Spark task reads."""
+
+    path: str
+    topic: str
+    partition: int
+    start: int
+    end: int
+    include_headers: bool
+    fail_on_data_loss: bool
+    check_crcs: bool = True
+
+
+def kafka_columns(
+    batch: pa.RecordBatch, topic: str, partition: int, include_headers: bool
+) -> pa.RecordBatch:
+    """A stored batch in the Kafka source's columns (timestamps in microseconds)."""
+    n = batch.num_rows
+    arrays = [
+        batch.column("key"),
+        batch.column("value"),
+        pa.repeat(pa.scalar(topic, pa.string()), n),
+        pa.repeat(pa.scalar(partition, pa.int32()), n),
+        batch.column("offset"),
+        batch.column("timestamp").cast(_TS_US),
+        batch.column("timestamp_type").cast(pa.int32()),
+    ]
+    names = ["key", "value", "topic", "partition", "offset", "timestamp", "timestampType"]
+    if include_headers:
+        arrays.append(batch.column("headers").cast(_HEADERS))
+        names.append("headers")
+    return pa.RecordBatch.from_arrays(arrays, names=names)
+
+
+def read_partition(partition: InputPartition) -> Iterator[pa.RecordBatch]:
+    """``read`` of both readers: an ``OffsetRange``'s records (anything else: none, as
+    Spark runs one task with a default partition when a plan has no ranges at all)."""
+    if not isinstance(partition, OffsetRange):
+        return iter(())
+    return read_range(partition)
+
+
+def read_range(partition: OffsetRange) -> Iterator[pa.RecordBatch]:
+    """The records of one offset range, in the Kafka source's columns."""
+    storage = Storage(partition.path)
+    view = PartitionReader(
+        storage.fs,
+        storage.root,
+        partition.topic,
+        partition.partition,
+        verify_checksums=partition.check_crcs,
+    ).view()
+    start = partition.start
+    if start < view.log_start_offset:
+        if partition.fail_on_data_loss:
+            raise OffsetOutOfRangeError(
+                f"{partition.topic}-{partition.partition}: offsets {start}.."
+                f"{view.log_start_offset - 1} were removed while the query ran"
+            )
+        start = view.log_start_offset
+    columns = READ_COLUMNS + (["headers"] if partition.include_headers else [])
+    for batch in coalesce(view.batches(start, partition.end, columns=columns)):
+        yield kafka_columns(batch, partition.topic, partition.partition, partition.include_headers)
+
+
+def coalesce(
+    batches: Iterable[pa.RecordBatch], rows: int = COALESCE_ROWS
+) -> Iterator[pa.RecordBatch]:
+    """Runs of small batches joined into batches of about ``rows`` rows.
+
+    The active segment holds one frame per produce batch - often a handful of records - and
+    every batch handed to Spark pays a fixed cost on both sides of the Python worker, so
+    thousands of tiny frames cost far more than their rows. Large batches pass unchanged.
+    """
+    pending: list[pa.RecordBatch] = []
+    count = 0
+    for batch in batches:
+        if not pending and batch.num_rows >= rows:
+            yield batch
+            continue
+        pending.append(batch)
+        count += batch.num_rows
+        if count >= rows:
+            yield pa.concat_batches(pending)
+            pending, count = [], 0
+    if pending:
+        yield pending[0] if len(pending) == 1 else pa.concat_batches(pending)
