@@ -2,10 +2,14 @@
 
 The package layout is the architecture (see docs/ARCHITECTURE.md):
 
-- ``sparklog.storage``: the on-disk format and the partition log.
-- ``sparklog.broker``: the Kafka-protocol front (issue 3).
-- ``sparklog.datasource``: the PySpark DataSource ``format("sparklog")`` (issue 5).
-- ``sparklog.compaction``: retention and compaction planners and Spark steps (issue 6).
+- ``sparklog.storage``: the on-disk format, the partition log, durability, leases.
+- ``sparklog.kafka``: the Kafka protocol pieces shared by the broker and the DataSource.
+- ``sparklog.broker``: the Kafka-protocol broker.
+- ``sparklog.datasource``: the PySpark DataSource ``format("sparklog")``.
+- ``sparklog.compaction``: retention and compaction: planners, Spark steps, scheduler.
+- ``sparklog.export``: exports to Parquet, Delta, Avro and JSON.
+- ``sparklog.cli``, ``sparklog.demo``, ``sparklog.harness`` (a broker in a child process),
+  ``sparklog.spark`` (``register``), ``sparklog.errors`` (every error).
 """
 
 __version__ = "0.1.0"

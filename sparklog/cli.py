@@ -36,7 +36,7 @@ from collections.abc import Iterator, Sequence
 import sparklog
 from sparklog.errors import SparkLogError
 from sparklog.storage import Storage
-from sparklog.storage.lease import DATA_DIR, lease_store_for
+from sparklog.storage.lease import DATA_DIR
 from sparklog.storage.reader import PartitionReader
 
 
@@ -53,7 +53,7 @@ def _parse_configs(pairs: Sequence[str]) -> dict[str, str]:
 @contextlib.contextmanager
 def _writer_lease(storage: Storage) -> Iterator[None]:
     """The data-dir lease, held while an offline command changes topics."""
-    with lease_store_for(storage).acquire(DATA_DIR, "sparklog CLI"):
+    with storage.leases.acquire(DATA_DIR, "sparklog CLI"):
         yield
 
 

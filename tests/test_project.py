@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from sparklog.storage import Storage
-from sparklog.storage.lease import DATA_DIR, lease_store_for
+from sparklog.storage.lease import DATA_DIR
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -29,7 +29,7 @@ def test_make_demo_runs_end_to_end_and_checks_its_own_report(tmp_path: Path) -> 
     for step in ("produced", "streamed", "compacted", "retention", "exported", "shutdown"):
         assert f"  {step} " in report, report
     assert "group lag" in report and "-> 0 records" in report
-    leases = lease_store_for(Storage(str(tmp_path / "demo" / "broker")))
+    leases = Storage(str(tmp_path / "demo" / "broker")).leases
     with leases.acquire(DATA_DIR, "test"):  # the broker let go of its data
         pass
 

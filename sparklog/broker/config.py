@@ -4,7 +4,7 @@ TOML layout::
 
     [broker]
     data_dir = "data"
-    listen = "127.0.0.1:9092"
+    listen = "127.0.0.1:9092"           # [PLAINTEXT://]HOST:PORT
     advertised_host = "127.0.0.1"      # host clients are told to connect to
     node_id = 0
     auto_create_topics = true
@@ -30,14 +30,8 @@ import tomllib
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
+from sparklog.kafka.address import Listener, parse_listener
 from sparklog.storage.config import TopicConfig
-
-
-def parse_listen(value: str) -> tuple[str, int]:
-    host, sep, port = value.rpartition(":")
-    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
-        raise ValueError(f"listen address must be HOST:PORT, got {value!r}")
-    return host or "127.0.0.1", int(port)
 
 
 @dataclass(frozen=True)
@@ -60,7 +54,7 @@ class BrokerConfig:
     topic_defaults: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        parse_listen(self.listen)
+        parse_listener(self.listen)
         if self.num_partitions < 1:
             raise ValueError(f"num_partitions must be >= 1, got {self.num_partitions}")
         if self.max_inflight_requests < 1:
@@ -74,8 +68,13 @@ class BrokerConfig:
         TopicConfig.from_mapping(self.topic_defaults)
 
     @property
+    def listener(self) -> Listener:
+        return parse_listener(self.listen)
+
+    @property
     def host_port(self) -> tuple[str, int]:
-        return parse_listen(self.listen)
+        listener = self.listener
+        return listener.host, listener.port
 
     @classmethod
     def load(cls, path: str | None = None, **overrides: Any) -> BrokerConfig:

@@ -45,11 +45,10 @@ from sparklog.broker.partitions import PartitionManager
 from sparklog.errors import CorruptMetadataError, FrameError
 from sparklog.kafka import wire
 from sparklog.storage import Storage
-from sparklog.storage.lease import Lease, lease_store_for
+from sparklog.storage.lease import DATA_DIR, Lease
 
 log = logging.getLogger("sparklog.broker")
 CLUSTER_FILE = "cluster.json"
-DATA_DIR_LEASE = "data-dir"  # the one writer of a storage root, in embedded mode
 
 
 def _cluster_id(storage: Storage) -> str:
@@ -82,7 +81,7 @@ class Broker:
         self._maintenance_pool = ThreadPoolExecutor(1, thread_name_prefix="sparklog-maintain")
 
     async def start(self) -> None:
-        self._lease = lease_store_for(self.storage).acquire(DATA_DIR_LEASE, self._holder())
+        self._lease = self.storage.leases.acquire(DATA_DIR, self._holder())
         try:
             self.cluster_id = _cluster_id(self.storage)
             self.manager = PartitionManager(self.config, self.storage)

@@ -52,7 +52,7 @@ from sparklog.compaction.planner import CompactionPlan, OutputGroup
 from sparklog.compaction.rewrite import GroupResult, GroupTask, SegmentTask
 from sparklog.errors import CompactionOutputError, SegmentNotLiveError
 from sparklog.storage import Storage, crashpoints, names, transforms
-from sparklog.storage.lease import compaction_lease, lease_store_for
+from sparklog.storage.lease import compaction_lease
 from sparklog.storage.manifest import Manifest, ManifestStore, SegmentInfo
 from sparklog.storage.topics import TopicMeta
 
@@ -403,7 +403,7 @@ def compact(
     storage = Storage(root)
     metas = _topics(storage, topics)
     outcomes: list[PartitionOutcome] = []
-    leases = lease_store_for(storage)
+    leases = storage.leases
     holder = f"compaction job on {os.uname().nodename}"
     with contextlib.ExitStack() as stack:
         for meta in metas:

@@ -31,10 +31,11 @@ import pyarrow.compute as pc
 
 from sparklog.errors import CompactionOutputError
 from sparklog.storage import crashpoints, names
-from sparklog.storage.fs import FileSystem, filesystem_for
+from sparklog.storage.fs import FileSystem
 from sparklog.storage.manifest import NO_TIMESTAMP
 from sparklog.storage.records import RECORD_SCHEMA
 from sparklog.storage.sealed import ROW_GROUP_ROWS, SealedSegment, SealedStats, SealedWriter
+from sparklog.storage.store import filesystem_for
 
 #: Rows deduplicated at a time in step 1 (bounds its memory to this many keys and offsets
 #: plus the distinct keys seen so far).

@@ -86,7 +86,8 @@ from sparklog.errors import CorruptMetadataError, OptionError, SinkWriteError
 from sparklog.kafka.client import ClientSettings
 from sparklog.kafka.partitioner import murmur2_partition
 from sparklog.storage import crashpoints, names
-from sparklog.storage.fs import FileSystem, filesystem_for
+from sparklog.storage.fs import FileSystem
+from sparklog.storage.store import filesystem_for
 from sparklog.storage.versioned import VersionedFiles
 
 log = logging.getLogger(__name__)

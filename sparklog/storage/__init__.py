@@ -1,20 +1,23 @@
 """The on-disk format: segments, indexes, checkpoints, manifests, recovery.
 
-``ls`` is the map: ``fs/`` (the filesystem seam), ``names`` (every file name), ``records``
-(the row schema), ``active`` (the appendable Arrow segment), ``sealed`` (Parquet segments),
-``index`` (sparse offset and time indexes), ``checkpoints``, ``manifest`` (the versioned
-segment set and its commit protocol), ``log`` (the single writer), ``reader`` (reads from
-any process), ``gc``, ``topics``, ``lock``, ``crashpoints``, ``store`` (a storage root).
+``ls`` is the map: ``fs/`` (the filesystem seam), ``lease/`` (the lease seam), ``names``
+(every file name), ``records`` (the row schema), ``active`` (the appendable Arrow segment),
+``sealed`` (Parquet segments), ``index`` (sparse offset and time indexes), ``checkpoints``,
+``versioned`` (create-if-absent versions), ``manifest`` (the versioned segment set),
+``transforms`` (every change to it, named), ``log`` (the single writer), ``durability``
+(its group commit), ``producers`` (idempotent-producer state beside the log),
+``recovery`` (what opening a log repairs), ``reader`` (reads from any process), ``gc``,
+``topics``, ``crashpoints``, ``store`` (a storage root: picks the backends).
 Never networking, never Spark.
 """
 
 from sparklog.storage.config import TopicConfig
-from sparklog.storage.fs import FileSystem, filesystem_for
+from sparklog.storage.fs import FileSystem
 from sparklog.storage.log import AppendResult, PartitionLog
 from sparklog.storage.manifest import Manifest, SegmentInfo
 from sparklog.storage.reader import LogView, PartitionReader
 from sparklog.storage.records import RECORD_SCHEMA, make_records
-from sparklog.storage.store import Storage
+from sparklog.storage.store import Storage, filesystem_for
 from sparklog.storage.topics import TopicMeta, TopicStore
 
 __all__ = [

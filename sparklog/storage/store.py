@@ -1,18 +1,47 @@
-"""``Storage``: one storage root - its topics and their partition logs.
+"""``Storage``: one storage root - its filesystem backend, lease backend, topics and
+partition logs. The one place that picks backends: ``filesystem_for`` (a path or URI to a
+``FileSystem``) and ``Storage.leases`` (the root's ``LeaseStore``).
 
 ``uri`` is the root as given (a local path or a ``pyarrow.fs`` URI); ``root`` is the path
 inside ``fs``. Executors (Spark tasks) must be given ``executor_root``: the absolute path of
 a local root, the URI otherwise.
+
+Leases of a root on a local disk live in the root itself (``<root>/.lock``,
+``<root>/topics/<topic>/.compaction.lock``). A root elsewhere (an object store, HDFS) keeps
+them in a directory of this host derived from its URI, so processes on this host exclude
+each other; processes on other hosts are not excluded: that takes cluster mode's leases.
 """
 
 from __future__ import annotations
 
+import hashlib
+import os
+import tempfile
 from typing import Any
 
-from sparklog.storage.fs import FileSystem, filesystem_for
+from sparklog.storage.fs import FileSystem
+from sparklog.storage.fs.local import LocalFileSystem
+from sparklog.storage.lease import LeaseStore
+from sparklog.storage.lease.local import LocalLeaseStore
 from sparklog.storage.log import PartitionLog
 from sparklog.storage.reader import PartitionReader
 from sparklog.storage.topics import TopicStore
+
+
+def filesystem_for(uri_or_path: str) -> tuple[FileSystem, str]:
+    """Pick a backend for a storage root given as a local path or a URI (``s3://…``).
+
+    Returns the backend and the root path inside it.
+    """
+    if "://" not in uri_or_path or uri_or_path.startswith("file://"):
+        path = uri_or_path.removeprefix("file://")
+        return LocalFileSystem(), os.path.abspath(path)
+    import pyarrow.fs as pafs
+
+    from sparklog.storage.fs.arrow import ArrowFileSystem
+
+    fs, path = pafs.FileSystem.from_uri(uri_or_path)
+    return ArrowFileSystem(fs), path
 
 
 class Storage:
@@ -30,6 +59,15 @@ class Storage:
         """The writable log of an existing topic's partition (the caller is its only writer)."""
         meta = self.topics.check_partition(topic, partition)
         return PartitionLog.open(self.fs, self.root, topic, partition, meta.config, **kwargs)
+
+    @property
+    def leases(self) -> LeaseStore:
+        """The lease backend of this root (see the module docstring)."""
+        local = self.fs.local_path(self.root)
+        if local is None:
+            digest = hashlib.sha256(self.uri.encode()).hexdigest()[:16]
+            local = os.path.join(tempfile.gettempdir(), f"sparklog-leases-{os.getuid()}", digest)
+        return LocalLeaseStore(local)
 
     @property
     def executor_root(self) -> str:

@@ -8,7 +8,7 @@ from importlib.metadata import entry_points
 
 import sparklog
 from sparklog.storage import Storage
-from sparklog.storage.lease import DATA_DIR, lease_store_for
+from sparklog.storage.lease import DATA_DIR
 
 
 def run(*args: str) -> subprocess.CompletedProcess[str]:
@@ -79,7 +79,7 @@ def test_describe_unknown_topic(root: str) -> None:
 
 
 def test_create_refuses_while_another_process_holds_the_data_dir(root: str) -> None:
-    with lease_store_for(Storage(root)).acquire(DATA_DIR, "test"):
+    with Storage(root).leases.acquire(DATA_DIR, "test"):
         out = run("topics", "create", "t", "--data-dir", root)
     assert out.returncode == 1
     assert "locked" in out.stderr

@@ -15,7 +15,7 @@ from sparklog.compaction.compactor import compact
 from sparklog.compaction.retention import apply_retention
 from sparklog.errors import CompactionRunningError
 from sparklog.storage import Storage, names
-from sparklog.storage.lease import compaction_lease, lease_store_for
+from sparklog.storage.lease import compaction_lease
 
 from .helpers import TOPIC, Model, append, manifest, random_batch, read_all, rows
 
@@ -272,7 +272,7 @@ def test_retention_swapping_out_an_input_meanwhile_is_a_conflict_not_a_mix(
 def test_a_second_job_on_the_same_topic_is_refused(spark: Any, root: str) -> None:
     storage = _storage(root)
     _fill(storage, Model(), segments=1, per=10, keys=5, seed=11)
-    held = lease_store_for(storage).acquire(compaction_lease(TOPIC), "another job")
+    held = storage.leases.acquire(compaction_lease(TOPIC), "another job")
     with held, pytest.raises(CompactionRunningError, match=TOPIC):
         compact(spark, root, [TOPIC], now_ms=NOW)
 

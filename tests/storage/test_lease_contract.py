@@ -1,7 +1,7 @@
 """The contract every lease backend keeps (``sparklog.storage.lease``), run against each.
 
 Backends: the local ``flock`` backend on a storage root on disk (lease files in the root),
-and the same backend as ``lease_store_for`` picks it for a root that is not on this disk
+and the same backend as ``Storage.leases`` picks it for a root that is not on this disk
 (lease files in a directory of this host). Cluster mode's etcd backend joins the list.
 """
 
@@ -25,7 +25,7 @@ from sparklog.errors import (
 )
 from sparklog.storage import Storage
 from sparklog.storage.fs.arrow import ArrowFileSystem
-from sparklog.storage.lease import DATA_DIR, LeaseStore, compaction_lease, lease_store_for
+from sparklog.storage.lease import DATA_DIR, LeaseStore, compaction_lease
 from sparklog.storage.lease.local import LocalLeaseStore
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -41,14 +41,14 @@ class Backend:
 
 def _local(tmp_path: Path) -> Backend:
     storage = Storage(str(tmp_path / "data"))
-    store = lease_store_for(storage)
+    store = storage.leases
     assert isinstance(store, LocalLeaseStore) and store.directory == storage.root
     return Backend(store, f"LocalLeaseStore({store.directory!r})")
 
 
 def _elsewhere(tmp_path: Path) -> Backend:
     storage = Storage(f"in-memory-{tmp_path.name}", fs=ArrowFileSystem(pafs._MockFileSystem()))
-    store = lease_store_for(storage)
+    store = storage.leases
     assert isinstance(store, LocalLeaseStore) and storage.root not in store.directory
     return Backend(store, f"LocalLeaseStore({store.directory!r})")
 

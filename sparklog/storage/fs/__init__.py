@@ -1,8 +1,9 @@
 """The filesystem seam: everything storage does to files goes through ``FileSystem``.
 
 One module per backend (``local`` for POSIX disks with real fsync and atomic
-create-if-absent, ``arrow`` for any ``pyarrow.fs`` filesystem: S3, GCS, HDFS, in-memory).
-One contract test suite (tests/storage/test_fs_contract.py) runs against every backend.
+create-if-absent, ``arrow`` for any ``pyarrow.fs`` filesystem: S3, GCS, HDFS, in-memory);
+``sparklog.storage.store.filesystem_for`` picks one for a root. One contract test suite
+(tests/storage/test_fs_contract.py) runs against every backend.
 
 Paths are plain ``/``-separated strings; ``FileSystem.join`` builds them. Callers never
 build paths by string concatenation (see ``sparklog.storage.names``).
@@ -132,28 +133,3 @@ class FileSystem(abc.ABC):
         with self.open_output(path) as out:
             out.write(data)
         self.sync_file(path)
-
-
-def local_fs() -> FileSystem:
-    """The default backend: the local disk."""
-    from sparklog.storage.fs.local import LocalFileSystem
-
-    return LocalFileSystem()
-
-
-def filesystem_for(uri_or_path: str) -> tuple[FileSystem, str]:
-    """Pick a backend for a storage root given as a local path or a URI (``s3://…``).
-
-    Returns the backend and the root path inside it.
-    """
-    if "://" not in uri_or_path or uri_or_path.startswith("file://"):
-        import os
-
-        path = uri_or_path.removeprefix("file://")
-        return local_fs(), os.path.abspath(path)
-    import pyarrow.fs as pafs
-
-    from sparklog.storage.fs.arrow import ArrowFileSystem
-
-    fs, path = pafs.FileSystem.from_uri(uri_or_path)
-    return ArrowFileSystem(fs), path

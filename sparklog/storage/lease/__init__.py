@@ -14,23 +14,17 @@ topic). ``LeaseStore.acquire`` raises ``DataDirLockedError`` / ``CompactionRunni
 One module per backend, like the filesystem seam: ``local`` (a ``flock`` per name on the
 local disk: the kernel drops it when the holder dies, so it is never lost while the holder
 lives). Cluster mode adds a backend on etcd. Every backend runs the same contract tests
-(tests/storage/test_lease_contract.py). ``lease_store_for(storage)`` picks the backend.
+(tests/storage/test_lease_contract.py). ``Storage.leases`` (``sparklog.storage.store``)
+picks the backend of a storage root.
 """
 
 from __future__ import annotations
 
 import abc
-import hashlib
-import os
-import tempfile
 from types import TracebackType
-from typing import TYPE_CHECKING
 
 from sparklog.errors import CompactionRunningError, DataDirLockedError, LeaseHeldError
 from sparklog.storage import names
-
-if TYPE_CHECKING:
-    from sparklog.storage.store import Storage
 
 DATA_DIR = "data-dir"
 COMPACTION = "compaction"
@@ -92,23 +86,3 @@ class LeaseStore(abc.ABC):
     def acquire(self, name: str, holder: str) -> Lease:
         """Take lease ``name`` for ``holder`` (a description: host, pid, role) with a new
         epoch above every earlier one of the name; LeaseHeldError if another holds it."""
-
-
-def lease_store_for(storage: Storage) -> LeaseStore:
-    """The lease backend of a storage root.
-
-    A root on a local disk keeps its lease files in itself (``<root>/.lock``,
-    ``<root>/topics/<topic>/.compaction.lock``). A root elsewhere (an object store, HDFS)
-    keeps them in a directory of this host derived from the root's URI, so processes on
-    this host exclude each other; processes on other hosts are not excluded: that takes
-    cluster mode's leases on etcd.
-    """
-    from sparklog.storage.lease.local import LocalLeaseStore
-
-    local = storage.fs.local_path(storage.root)
-    if local is not None:
-        return LocalLeaseStore(local)
-    digest = hashlib.sha256(storage.uri.encode()).hexdigest()[:16]
-    return LocalLeaseStore(
-        os.path.join(tempfile.gettempdir(), f"sparklog-leases-{os.getuid()}", digest)
-    )
