@@ -51,7 +51,8 @@ Record = tuple[int, int, bytes | None, bytes | None, Sequence[tuple[str, bytes |
 
 @dataclass(frozen=True)
 class DecodedBatch:
-    """One produce batch as Arrow columns plus what idempotence needs."""
+    """One produce batch as Arrow columns (timestamp, key, value, headers) plus its
+    idempotence identity (producer id -1: none), which the log stamps on the records."""
 
     records: pa.RecordBatch
     producer_id: int
@@ -214,14 +215,6 @@ def decode_batch(raw: memoryview, *, max_decompressed: int) -> DecodedBatch:
         headers,
     ]
     names = ["timestamp", "key", "value", "headers"]
-    if producer_id >= 0:
-        seqs = [(base_sequence + i) & 0x7FFFFFFF for i in range(count)]
-        columns += [
-            pa.array([producer_id] * count, pa.int64()),
-            pa.array([producer_epoch] * count, pa.int16()),
-            pa.array(seqs, pa.int32()),
-        ]
-        names += ["producer_id", "producer_epoch", "sequence"]
     return DecodedBatch(
         pa.RecordBatch.from_arrays(columns, names=names),
         producer_id,

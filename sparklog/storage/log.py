@@ -32,7 +32,6 @@ high-watermark moves one at a time, without blocking appends during an fsync.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import logging
 import os
 import threading
@@ -44,13 +43,12 @@ from dataclasses import dataclass
 import pyarrow as pa
 
 from sparklog.errors import (
-    CorruptSegmentError,
     LogClosedError,
     OffsetOutOfRangeError,
     RecordTooLargeError,
 )
 from sparklog.storage import checkpoints, crashpoints, gc, names, recovery, transforms
-from sparklog.storage.active import FILE_HEADER_SIZE, ActiveSegment, decode_frame, scan
+from sparklog.storage.active import FILE_HEADER_SIZE, ActiveSegment
 from sparklog.storage.checkpoints import LogPosition
 from sparklog.storage.config import TopicConfig
 from sparklog.storage.durability import GroupCommit
@@ -59,7 +57,7 @@ from sparklog.storage.manifest import Manifest, ManifestStore, SegmentInfo
 from sparklog.storage.producers import ProducerBatch, ProducerStates, write_snapshot
 from sparklog.storage.reader import DEFAULT_MAX_BYTES, LogView
 from sparklog.storage.records import normalize, payload_bytes
-from sparklog.storage.sealed import ROW_GROUP_ROWS, SealedSegment, write_sealed
+from sparklog.storage.sealed import ROW_GROUP_ROWS, SealedSegment, seal_rolled
 
 log = logging.getLogger(__name__)
 
@@ -243,7 +241,11 @@ class PartitionLog:
                 rolled = True
             base = self._active.next_offset
             batch = normalize(
-                records, base_offset=base, now_ms=now, log_append_time=self.config.log_append_time
+                records,
+                base_offset=base,
+                now_ms=now,
+                log_append_time=self.config.log_append_time,
+                producer=producer,
             )
             size = payload_bytes(batch)
             if size > self.config.max_message_bytes:
@@ -388,37 +390,12 @@ class PartitionLog:
         return sealed
 
     def _seal(self, info: SegmentInfo) -> str:
-        src = self.fs.join(self.path, info.name)
-        buf = self.fs.read_buffer(src)
-        frames = scan(buf, info.base_offset)
-        end = frames[-1].next_offset if frames else info.base_offset
-        if end != info.next_offset:
-            raise CorruptSegmentError(
-                f"{src}: rolled segment holds offsets up to {end - 1}, manifest says "
-                f"{info.next_offset - 1 if info.next_offset else '?'}"
-            )
-        name = names.segment_name(info.base_offset, kind=names.SEALED_KIND)
-        stats = write_sealed(
-            self.fs,
-            self.path,
-            name,
-            (decode_frame(buf, h) for h in frames),
-            row_group_rows=self._row_group_rows,
-        )
-        del buf
+        sealed = seal_rolled(self.fs, self.path, info, row_group_rows=self._row_group_rows)
         crashpoints.hit("seal.after_write")
-        sealed = dataclasses.replace(
-            info,
-            name=name,
-            records=stats.records,
-            size_bytes=stats.size_bytes,
-            min_timestamp=stats.min_timestamp,
-            max_timestamp=stats.max_timestamp,
-        )
         with self._lock:
             self._manifest = self._store.commit(transforms.Seal(info.name, sealed))
         crashpoints.hit("seal.after_commit")
-        return name
+        return sealed.name
 
     # ------------------------------------------------------------------ manifest changes
 

@@ -12,8 +12,10 @@ Row schema (Arrow), identical in active (Arrow IPC) and sealed (Parquet) segment
     producer_epoch  int16 not null        -1 when not idempotent
     sequence        int32 not null        the record's sequence number, -1 when none
 
-``append`` takes a batch with any subset of the columns other than ``offset`` (missing
-ones get defaults) and the log adds the offsets.
+``append`` takes a batch with any subset of the columns other than ``offset`` and the
+producer columns (missing ones get defaults); the log adds the offsets, and stamps the
+producer columns from the batch's idempotence identity (``ProducerBatch``) when it has one:
+the producer state is rebuilt from exactly these columns (``sparklog.storage.producers``).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from sparklog.errors import InvalidRecordsError
+from sparklog.storage.producers import ProducerBatch
 
 CREATE_TIME = 0
 LOG_APPEND_TIME = 1
@@ -46,7 +49,11 @@ RECORD_SCHEMA = pa.schema(
         pa.field("sequence", pa.int32(), nullable=False),
     ]
 )
-INPUT_COLUMNS = tuple(f.name for f in RECORD_SCHEMA if f.name != "offset")
+PRODUCER_COLUMNS = ("producer_id", "producer_epoch", "sequence")
+INPUT_COLUMNS = tuple(
+    f.name for f in RECORD_SCHEMA if f.name != "offset" and f.name not in PRODUCER_COLUMNS
+)
+SEQUENCE_LIMIT = 2**31
 _DEFAULTS: dict[str, int] = {
     "timestamp_type": CREATE_TIME,
     "producer_id": -1,
@@ -104,17 +111,27 @@ def offsets_array(base_offset: int, n: int) -> pa.Array:
     return pc.add(_arange(n), pa.scalar(base_offset - 1, pa.int64()))
 
 
+def sequences_array(base_sequence: int, n: int) -> pa.Array:
+    """A producer's sequences ``base_sequence ..`` for ``n`` records, wrapping at 2^31."""
+    seqs = pc.add(_arange(n), pa.scalar(base_sequence - 1, pa.int64()))
+    if base_sequence + n > SEQUENCE_LIMIT:
+        seqs = pc.bit_wise_and(seqs, pa.scalar(SEQUENCE_LIMIT - 1, pa.int64()))
+    return seqs.cast(pa.int32())
+
+
 def normalize(
     batch: pa.RecordBatch | pa.Table,
     *,
     base_offset: int,
     now_ms: int,
     log_append_time: bool,
+    producer: ProducerBatch | None = None,
 ) -> pa.RecordBatch:
     """Check ``batch`` against the input columns and return a full ``RECORD_SCHEMA`` batch.
 
     Offsets are ``base_offset`` onwards; timestamps default to ``now_ms`` (and are
-    overwritten with it, type LogAppendTime, when the topic says so).
+    overwritten with it, type LogAppendTime, when the topic says so); the producer columns
+    are ``producer``'s (-1 without one).
     """
     if isinstance(batch, pa.Table):
         batch = batch.combine_chunks().to_batches()[0] if batch.num_rows else None
@@ -142,6 +159,13 @@ def normalize(
             continue
         if name == "timestamp_type" and log_append_time:
             arrays.append(_constant(LOG_APPEND_TIME, pa.int8(), n))
+            continue
+        if producer is not None and name in PRODUCER_COLUMNS:
+            if name == "sequence":
+                arrays.append(sequences_array(producer.base_sequence, n))
+            else:
+                value = producer.producer_id if name == "producer_id" else producer.producer_epoch
+                arrays.append(_constant(value, field.type, n))
             continue
         if name in names:
             col = batch.column(name)

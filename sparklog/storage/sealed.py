@@ -16,12 +16,15 @@ rebuilt from it (``SealedSegment.open``).
 Writing (``write_sealed``): the file and its indexes are written under names that no
 manifest names yet, fsynced, and the directory fsynced. Making the segment live is the
 caller's manifest commit; until then the file is an orphan that garbage collection removes.
+``seal_rolled`` writes the sealed form of a rolled active segment and returns the manifest
+entry that replaces it (the log commits it as ``transforms.Seal``).
 """
 
 from __future__ import annotations
 
 import bisect
 import contextlib
+import dataclasses
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
@@ -31,8 +34,10 @@ import pyarrow.parquet as pq
 
 from sparklog.errors import CorruptSegmentError
 from sparklog.storage import names
+from sparklog.storage.active import decode_frame, scan
 from sparklog.storage.fs import FileSystem
 from sparklog.storage.index import OffsetIndex, TimeIndex
+from sparklog.storage.manifest import SegmentInfo
 from sparklog.storage.records import RECORD_SCHEMA
 
 ROW_GROUP_ROWS = 128 * 1024
@@ -102,6 +107,34 @@ def write_sealed(
         writer.abandon()
         raise
     return writer.close()
+
+
+def seal_rolled(
+    fs: FileSystem, directory: str, info: SegmentInfo, *, row_group_rows: int = ROW_GROUP_ROWS
+) -> SegmentInfo:
+    """Write the sealed segment of the rolled ``.arrow`` segment ``info`` (every frame CRC
+    checked, and its end checked against the manifest's); the manifest entry replacing it."""
+    src = fs.join(directory, info.name)
+    buf = fs.read_buffer(src)
+    frames = scan(buf, info.base_offset)
+    end = frames[-1].next_offset if frames else info.base_offset
+    if end != info.next_offset:
+        raise CorruptSegmentError(
+            f"{src}: rolled segment holds offsets up to {end - 1}, manifest says "
+            f"{info.next_offset - 1 if info.next_offset else '?'}"
+        )
+    name = names.segment_name(info.base_offset, kind=names.SEALED_KIND)
+    stats = write_sealed(
+        fs, directory, name, (decode_frame(buf, h) for h in frames), row_group_rows=row_group_rows
+    )
+    return dataclasses.replace(
+        info,
+        name=name,
+        records=stats.records,
+        size_bytes=stats.size_bytes,
+        min_timestamp=stats.min_timestamp,
+        max_timestamp=stats.max_timestamp,
+    )
 
 
 class SealedWriter:

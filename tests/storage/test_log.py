@@ -329,3 +329,10 @@ def test_a_partition_never_opened_reads_as_an_empty_log(fs: LocalFileSystem, roo
     assert view.offset_for_timestamp(0) is None
     with pytest.raises(OffsetOutOfRangeError):
         view.read(1)
+
+
+def test_an_append_reports_that_it_rolled_the_segment(fs: LocalFileSystem, root: str) -> None:
+    log = open_log(fs, root, segment_bytes=4096)
+    rolled = [log.append(records(i * 10, 10)).rolled for i in range(12)]
+    assert not rolled[0] and any(rolled)
+    assert sum(rolled) == len(log.manifest.segments) - 1
