@@ -1,10 +1,10 @@
 """One client connection of the broker (as aiokafka's ``conn.py`` is one of the client).
 
 A ``Connection`` knows who is on the other end: the peer address, the listener the client
-reached (the address the broker advertises to it in Metadata and FindCoordinator), the
-client software it named in ApiVersions v3+, the API versions it has used, and its
-principal (``User:ANONYMOUS`` until authentication exists; SASL and mTLS set it here).
-Every handler sees it through ``RequestContext.connection``.
+reached (the address the broker advertises to it in Metadata and FindCoordinator), and the
+client software it named in ApiVersions v3+ (in the broker's log lines about the
+connection). It is where connection state belongs - the authenticated principal of SASL
+and mTLS included. Every handler sees it through ``RequestContext.connection``.
 
 ``serve`` is the connection's request loop. Requests are read ahead and processed as they
 arrive, up to ``max_inflight_requests`` at a time (a client pipelining produce requests
@@ -28,7 +28,6 @@ from sparklog.errors import FrameError
 
 log = logging.getLogger("sparklog.broker")
 
-ANONYMOUS = "User:ANONYMOUS"
 Dispatch = Callable[["Connection", bytes], Coroutine[Any, Any, bytes | None]]
 
 
@@ -51,9 +50,7 @@ class Connection:
         self.peer: tuple[str, int] = (str(peer[0]), int(peer[1])) if peer else ("", 0)
         self.advertised_host = advertised_host
         self.advertised_port = advertised_port
-        self.principal = ANONYMOUS
         self.client_software: tuple[str, str] | None = None
-        self.api_versions_used: dict[int, int] = {}
         self._max_request_bytes = max_request_bytes
         self._max_inflight = max_inflight
 
@@ -62,10 +59,8 @@ class Connection:
         return self.peer[0]
 
     def __str__(self) -> str:
-        return f"{self.peer[0]}:{self.peer[1]}"
-
-    def close(self) -> None:
-        self._writer.close()
+        software = f" ({' '.join(self.client_software)})" if self.client_software else ""
+        return f"{self.peer[0]}:{self.peer[1]}{software}"
 
     async def serve(self, dispatch: Dispatch) -> None:
         """Serve requests until the client closes, breaks a rule, or the task is cancelled."""

@@ -117,7 +117,11 @@ class PartitionManager:
             meta.config,
             writer=f"broker:{self.config.node_id}",
         )
-        epoch = plog.bump_leader_epoch()
+        try:
+            epoch = plog.bump_leader_epoch()
+        except BaseException:
+            plog.close()
+            raise
         handle = PartitionHandle(topic, partition, plog, epoch)
         loop = asyncio.get_running_loop()
         plog.on_durable(lambda _pos: self._wake(loop, handle))

@@ -197,7 +197,6 @@ class Broker:
                 f"(v{api.min_version}-v{api.max_version})"
             )
         header, request = wire.parse_request(frame)
-        conn.api_versions_used[head.api_key] = head.api_version
         ctx = RequestContext(self.services, conn, head.api_version)
         result = await api.handler(ctx, header, request)
         if result is None:

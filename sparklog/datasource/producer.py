@@ -29,11 +29,11 @@ from sparklog.kafka import admin
 from sparklog.kafka.client import ClientSettings, KafkaClient
 from sparklog.kafka.records import build_batch
 from sparklog.kafka.wire import ApiKey
+from sparklog.storage.producers import SEQ_MOD
 
 MAX_BATCH_RECORDS = 8192
 MAX_BATCH_BYTES = 768 * 1024  # below the default max.message.bytes (1 MiB + 12)
 MAX_REQUEST_BYTES = 8 * 1024 * 1024
-SEQ_MOD = 2**31
 _RECORD_OVERHEAD = 16  # varints and attributes of one record, roughly
 _WRITTEN = (ErrorCode.none, ErrorCode.duplicate_sequence_number)
 

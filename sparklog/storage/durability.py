@@ -13,13 +13,16 @@ Two ways to wait until ``next_offset`` is durable:
 - ``future(next_offset)`` returns a ``concurrent.futures.Future`` at once (the broker wraps
   it for its event loop). If no sync is running one is started on a small process-wide
   thread pool; a sync ends by resolving every future it covered and starting the next one
-  if futures are still waiting beyond it. A failed sync fails the futures it was for (the
-  appends are not acknowledged; a blocking waiter sees the exception itself).
+  if futures are still waiting beyond it. A failed sync fails every future waiting when it
+  ends (their appends are not acknowledged; a blocking waiter sees the exception itself).
+  A future is marked running when it is made, so a waiter that gives up cannot cancel it
+  under the thread that resolves it.
 
 The sync step (given by the log) reads where the log ends, fsyncs up to there, moves the
 high-watermark checkpoint and returns the new durable position. After every move the
-listeners added with ``on_durable`` are called (on the syncing thread), so that, for
-example, the broker wakes its fetch long-polls.
+listeners added with ``on_durable`` are called (on the syncing thread, still holding the
+token, so in order), so that, for example, the broker wakes its fetch long-polls; a
+listener that raises is logged and skipped.
 
 Thread-safety: every method may be called from any thread.
 """
@@ -93,6 +96,7 @@ class GroupCommit:
     def future(self, next_offset: int) -> Future[None]:
         """A future resolved once every offset below ``next_offset`` is durable."""
         fut: Future[None] = Future()
+        fut.set_running_or_notify_cancel()  # cancel() is now refused: see the docstring
         with self._cond:
             if self._durable.offset >= next_offset:
                 fut.set_result(None)
@@ -111,7 +115,8 @@ class GroupCommit:
             if self._syncing or not self._waiters:
                 return  # the token holder starts the next sync when it releases
             self._syncing = True
-        with contextlib.suppress(Exception):  # logged, and the waiters failed, below
+        # a failed fsync is logged by _sync_and_release, and the futures waiting are failed
+        with contextlib.suppress(Exception):
             self._sync_and_release()
 
     def _sync_and_release(self) -> None:
@@ -141,29 +146,39 @@ class GroupCommit:
             self._release(moved[-1] if moved else None, None)
 
     def _release(self, position: LogPosition | None, error: BaseException | None) -> None:
+        """End a token holding: move the durable position, tell the listeners (in order:
+        the token is still held), resolve the futures covered (or fail them all on an
+        error), then start the next sync if futures still wait."""
+        moved = False
         with self._cond:
             if position is not None and position.offset >= self._durable.offset:
                 self._durable = position
-            durable = self._durable.offset
-            done = [f for off, f in self._waiters if off <= durable]
+                moved = True
+            durable = self._durable
+        if moved:
+            for listener in self._listeners:
+                try:
+                    listener(durable)
+                except Exception:
+                    log.exception("%s: a durability listener failed", self._label)
+        with self._cond:
             if error is not None:
-                failed, self._waiters = [f for _, f in self._waiters if f not in done], []
+                done, failed = [], [f for _, f in self._waiters]
+                self._waiters = []
             else:
+                done = [f for off, f in self._waiters if off <= durable.offset]
                 failed = []
-                self._waiters = [(off, f) for off, f in self._waiters if off > durable]
+                self._waiters = [(off, f) for off, f in self._waiters if off > durable.offset]
             again = bool(self._waiters) and not self._scheduled
             if again:
                 self._scheduled = True
             self._syncing = False
             self._cond.notify_all()
-        for f in done:
-            if not f.done():
+        try:
+            for f in done:
                 f.set_result(None)
-        for f in failed:
-            if not f.done():
+            for f in failed:
                 f.set_exception(error if isinstance(error, Exception) else RuntimeError(error))
-        if position is not None:
-            for listener in self._listeners:
-                listener(self._durable)
-        if again:
-            _sync_pool().submit(self._drain)
+        finally:
+            if again:
+                _sync_pool().submit(self._drain)

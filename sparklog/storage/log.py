@@ -130,6 +130,7 @@ class PartitionLog:
             label=label,
         )
         self._producers = ProducerStates()
+        self._epoch = found.manifest.leader_epoch
         self._sealed_cache: dict[str, SealedSegment] = {}
         self._seals: list[Future[list[str]]] = []
         self._roll_fsyncs = 0
@@ -349,7 +350,7 @@ class PartitionLog:
                 created_ms=self._manifest.active.created_ms,
             )
             active = SegmentInfo(new.name, new_base, None, created_ms=now_ms)
-            self._manifest = self._store.commit(transforms.Roll(rolled, active))
+            self._manifest = self._commit_fenced(transforms.Roll(rolled, active))
             crashpoints.hit("roll.after_commit")
             self._active = new
             old.close()
@@ -393,11 +394,15 @@ class PartitionLog:
         sealed = seal_rolled(self.fs, self.path, info, row_group_rows=self._row_group_rows)
         crashpoints.hit("seal.after_write")
         with self._lock:
-            self._manifest = self._store.commit(transforms.Seal(info.name, sealed))
+            self._manifest = self._commit_fenced(transforms.Seal(info.name, sealed))
         crashpoints.hit("seal.after_commit")
         return sealed.name
 
     # ------------------------------------------------------------------ manifest changes
+
+    def _commit_fenced(self, transform: transforms.Transform) -> Manifest:
+        """Commit a writer's transform, refused once a newer leader epoch committed."""
+        return self._store.commit(transforms.Fenced(self._epoch, transform, self.label))
 
     def refresh(self) -> Manifest:
         """Pick up manifest versions committed by others (compaction, retention jobs).
@@ -424,7 +429,7 @@ class PartitionLog:
                     f"{self.label}: cannot delete records before {before_offset}, above the "
                     f"high watermark {self.high_watermark}"
                 )
-            self._manifest = self._store.commit(transforms.DeleteRecords(before_offset))
+            self._manifest = self._commit_fenced(transforms.DeleteRecords(before_offset))
             return self._manifest.log_start_offset
 
     def collect_garbage(self, orphan_grace_ms: int = ORPHAN_GRACE_MS) -> gc.GcReport:
@@ -480,12 +485,14 @@ class PartitionLog:
 
     def bump_leader_epoch(self) -> int:
         """Start a new leader epoch at the log end offset; returns it. The epoch is
-        committed to the manifest (``EpochChange``: a writer of an older epoch is fenced
-        from then on) before the leader-epoch cache records where it starts."""
+        committed to the manifest (``EpochChange``; the commits of a writer of an older
+        epoch are refused from then on, ``Fenced``) before the leader-epoch cache records
+        where it starts."""
         with self._lock:
             epochs = self.leader_epochs()
             epoch = max(epochs[-1][0] if epochs else -1, self._manifest.leader_epoch) + 1
             self._manifest = self._store.commit(transforms.EpochChange(epoch, self.label))
+            self._epoch = epoch
             checkpoints.write_leader_epochs(
                 self.fs, self.path, [*epochs[-99:], (epoch, self.log_end_offset)]
             )

@@ -27,7 +27,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from sparklog.errors import InvalidRecordsError
-from sparklog.storage.producers import ProducerBatch
+from sparklog.storage.producers import SEQ_MOD, ProducerBatch
 
 CREATE_TIME = 0
 LOG_APPEND_TIME = 1
@@ -53,7 +53,7 @@ PRODUCER_COLUMNS = ("producer_id", "producer_epoch", "sequence")
 INPUT_COLUMNS = tuple(
     f.name for f in RECORD_SCHEMA if f.name != "offset" and f.name not in PRODUCER_COLUMNS
 )
-SEQUENCE_LIMIT = 2**31
+
 _DEFAULTS: dict[str, int] = {
     "timestamp_type": CREATE_TIME,
     "producer_id": -1,
@@ -114,8 +114,8 @@ def offsets_array(base_offset: int, n: int) -> pa.Array:
 def sequences_array(base_sequence: int, n: int) -> pa.Array:
     """A producer's sequences ``base_sequence ..`` for ``n`` records, wrapping at 2^31."""
     seqs = pc.add(_arange(n), pa.scalar(base_sequence - 1, pa.int64()))
-    if base_sequence + n > SEQUENCE_LIMIT:
-        seqs = pc.bit_wise_and(seqs, pa.scalar(SEQUENCE_LIMIT - 1, pa.int64()))
+    if base_sequence + n > SEQ_MOD:
+        seqs = pc.bit_wise_and(seqs, pa.scalar(SEQ_MOD - 1, pa.int64()))
     return seqs.cast(pa.int32())
 
 

@@ -15,12 +15,17 @@ transform           committer   change
 ==================  ==========  =================================================================
 ``Roll``            writer      the active segment gets its end; a new empty one becomes active
 ``Seal``            writer      a rolled ``.arrow`` segment is replaced by its Parquet file
-``EpochChange``     writer      a new leader epoch; commits of an older epoch are fenced
+``EpochChange``     writer      a new leader epoch; an epoch below the manifest's is refused
 ``DeleteRecords``   writer      the log start offset advances (Kafka's DeleteRecords)
 ``DropSegments``    retention   a prefix of segments chosen on the latest version is dropped
 ``Compact``         compaction  a section is swapped for its rewritten segments; ``cleaned``
                                 marks (``manifest.updated_marks``) record when it was compacted
 ==================  ==========  =================================================================
+
+The writer commits its transforms ``Fenced`` by its leader epoch: once a manifest carries a
+newer epoch (another writer took the partition over), every commit of the old writer fails
+with ``LeaseLostError``, re-checked on each retry of the commit. The jobs' transforms are
+not fenced by leader epochs (a job is not a leader); they keep the manifest's epoch.
 """
 
 from __future__ import annotations
@@ -28,9 +33,34 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 from sparklog.errors import LeaseLostError
 from sparklog.storage.manifest import Manifest, SegmentInfo, updated_marks
+
+
+class Transform(Protocol):
+    """What ``ManifestStore.commit`` applies: the next manifest, None for no change."""
+
+    def __call__(self, m: Manifest) -> Manifest | None: ...
+
+
+@dataclass(frozen=True)
+class Fenced:
+    """``inner`` committed by the writer of leader epoch ``epoch``: refused with
+    ``LeaseLostError`` once the manifest carries a newer epoch."""
+
+    epoch: int
+    inner: Transform
+    label: str = ""
+
+    def __call__(self, m: Manifest) -> Manifest | None:
+        if m.leader_epoch > self.epoch:
+            raise LeaseLostError(
+                f"{self.label}: this writer's leader epoch {self.epoch} is fenced by epoch "
+                f"{m.leader_epoch} (manifest version {m.version})"
+            )
+        return self.inner(m)
 
 
 @dataclass(frozen=True)

@@ -107,3 +107,17 @@ def test_an_older_leader_epoch_is_fenced(fs: LocalFileSystem, root: str) -> None
     with pytest.raises(LeaseLostError, match="fenced"):
         store.commit(transforms.EpochChange(epoch + 1, "t-0"))
     assert store.commit(transforms.EpochChange(epoch + 5)).leader_epoch == epoch + 5
+
+
+def test_an_old_writers_commits_are_refused_after_a_newer_epoch(
+    fs: LocalFileSystem, root: str
+) -> None:
+    old = open_log(fs, root)
+    epoch = old.bump_leader_epoch()
+    old.append(records(0, 5))
+    _job(old).commit(transforms.EpochChange(epoch + 1, "t-0"))  # a new leader took over
+    with pytest.raises(LeaseLostError, match=f"epoch {epoch} is fenced"):
+        old.roll()
+    with pytest.raises(LeaseLostError):
+        old.delete_records(2)
+    assert ManifestStore(fs, old.path).latest().log_start_offset == 0  # type: ignore[union-attr]

@@ -27,7 +27,7 @@ import time
 
 from sparklog.errors import LeaseLostError
 from sparklog.storage import names
-from sparklog.storage.lease import Lease, LeaseStore, held_error
+from sparklog.storage.lease import DATA_DIR, Lease, LeaseStore, held_error
 
 _EPOCH = re.compile(r"\bepoch=(\d+)")
 
@@ -79,7 +79,8 @@ class LocalLeaseStore(LeaseStore):
                 content = os.pread(fd, 300, 0).decode(errors="replace").strip()
             finally:
                 os.close(fd)
-            raise held_error(name, content, path) from None
+            where = self.directory if name == DATA_DIR else path
+            raise held_error(name, content, where) from None
         try:
             previous = os.pread(fd, 300, 0).decode(errors="replace")
             found = _EPOCH.search(previous)
