@@ -25,6 +25,7 @@ from pyspark.sql.streaming.datasource import (
     ReadAllAvailable,
     ReadLimit,
     ReadMaxRows,
+    ReadMinRows,
     SupportsTriggerAvailableNow,
 )
 
@@ -117,8 +118,16 @@ class SparkLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return _nest({tp: ReadPlanner.offset(o.starting, tp, v, -2) for tp, v in views.items()})
 
     def getDefaultReadLimit(self) -> ReadLimit:
-        limit = self.options.max_offsets_per_trigger
-        return ReadMaxRows(limit) if limit else ReadAllAvailable()
+        """``maxOffsetsPerTrigger`` as ``ReadMaxRows``; ``minOffsetsPerTrigger`` alone as
+        ``ReadMinRows`` (with both, the minimum is applied in ``latestOffset``); else all
+        available. ``Trigger.AvailableNow`` passes ``ReadAllAvailable`` instead, which skips
+        the minimum, as Spark's Kafka source does."""
+        o = self.options
+        if o.max_offsets_per_trigger:
+            return ReadMaxRows(o.max_offsets_per_trigger)
+        if o.min_offsets_per_trigger:
+            return ReadMinRows(o.min_offsets_per_trigger)
+        return ReadAllAvailable()
 
     def latestOffset(self, start: Offsets, limit: ReadLimit) -> Offsets:
         # ``start`` is the end of the last batch Spark completed: commit it to the group

@@ -294,6 +294,56 @@ def test_min_offsets_per_trigger_waits_for_records_or_the_delay(
     assert reader.latestOffset(start, ReadMaxRows(100)) == {"s": {"0": 3}}  # delay passed
 
 
+def test_min_offsets_per_trigger_alone_is_the_default_read_limit(tmp_path: Path) -> None:
+    from pyspark.sql.streaming.datasource import ReadMinRows
+
+    from sparklog.datasource.stream import SparkLogStreamReader
+
+    root = str(tmp_path / "data")
+    _write(root, "s", [b"a", b"b", b"c"])
+    reader = SparkLogStreamReader(stream_options({"path": root, "subscribe": "s",
+                                                  "startingOffsets": "earliest",
+                                                  "minOffsetsPerTrigger": "5",
+                                                  "maxTriggerDelay": "1h"}))  # fmt: skip
+    limit = reader.getDefaultReadLimit()
+    assert limit == ReadMinRows(5)
+    start = reader.initialOffset()
+    assert reader.latestOffset(start, limit) == start  # 3 < 5: wait
+    _write(root, "s", [b"d", b"e"])
+    assert reader.latestOffset(start, limit) == {"s": {"0": 5}}
+
+
+def test_a_query_with_only_min_offsets_per_trigger_waits_for_them(
+    spark: Any, tmp_path: Path
+) -> None:
+    root = str(tmp_path / "data")
+    _write(root, "s", [b"a", b"b", b"c"])
+    sparklog.spark.register(spark)
+    sizes: list[int] = []
+    q = (
+        spark.readStream.format("sparklog")
+        .option("subscribe", "s")
+        .option("startingOffsets", "earliest")
+        .option("minOffsetsPerTrigger", "5")
+        .option("maxTriggerDelay", "1h")
+        .load(root)
+        .writeStream.foreachBatch(lambda df, _id: sizes.append(df.count()))
+        .option("checkpointLocation", str(tmp_path / "ck"))
+        .trigger(processingTime="200 milliseconds")
+        .start()
+    )
+    try:
+        time.sleep(4)  # many triggers, each finding 3 < 5 records
+        assert not [n for n in sizes if n], sizes
+        _write(root, "s", [b"d", b"e"])
+        deadline = time.monotonic() + 60
+        while not [n for n in sizes if n] and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert [n for n in sizes if n] == [5]
+    finally:
+        q.stop()
+
+
 @pytest.mark.parametrize(
     ("options", "message"),
     [
