@@ -120,6 +120,8 @@ def _topics(args: argparse.Namespace) -> int:
     if args.bootstrap_server:
         return _topics_remote(args)
     storage = Storage(args.data_dir)
+    if args.action != "create":
+        storage.require()  # a create makes the storage; anything else needs it there
     if args.action == "create":
         with _writer_lease(storage):
             meta = storage.topics.create(args.name, args.partitions, _parse_configs(args.config))

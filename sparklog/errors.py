@@ -21,6 +21,10 @@ class SparkLogError(Exception):
 # ---------------------------------------------------------------------------- storage, topics
 
 
+class NoStorageError(SparkLogError, ValueError):
+    """A path given as a storage root holds no sparklog storage."""
+
+
 class InvalidTopicError(SparkLogError, ValueError):
     """A topic name breaks Kafka's naming rule or would escape the storage root."""
 

@@ -400,7 +400,7 @@ def compact(
     say = progress or (lambda _msg: None)
     t0 = time.monotonic()
     now = int(time.time() * 1000) if now_ms is None else now_ms
-    storage = Storage(root)
+    storage = Storage(root).require()
     metas = _topics(storage, topics)
     outcomes: list[PartitionOutcome] = []
     leases = storage.leases

@@ -111,7 +111,7 @@ def apply_retention(
     say = progress or (lambda _msg: None)
     t0 = time.monotonic()
     now = int(time.time() * 1000) if now_ms is None else now_ms
-    storage = Storage(root)
+    storage = Storage(root).require()
     wanted = list(dict.fromkeys(topics)) if topics else storage.topics.list()
     metas = [storage.topics.get(t) for t in wanted]
     outcomes = []

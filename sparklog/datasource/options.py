@@ -43,6 +43,18 @@ class Subscription:
     pattern: str | None = None
     assign: tuple[tuple[str, int], ...] = ()
 
+    @property
+    def option(self) -> str:
+        """The option that gave it, as the user wrote it."""
+        return "assign" if self.assign else "subscribePattern" if self.pattern else "subscribe"
+
+    def __str__(self) -> str:
+        if self.assign:
+            return "assign=" + ",".join(f"{t}-{p}" for t, p in self.assign)
+        if self.pattern is not None:
+            return f"subscribePattern={self.pattern}"
+        return "subscribe=" + ",".join(self.topics)
+
 
 @dataclass(frozen=True)
 class Timestamps:
@@ -81,7 +93,11 @@ def _bool(name: str, raw: str) -> bool:
     return value == "true"
 
 
-def _offsets(name: str, raw: str, allowed: tuple[str, ...]) -> str | dict[str, dict[int, int]]:
+def _offsets(
+    name: str, raw: str, allowed: tuple[str, ...], *, refused: dict[int, str] | None = None
+) -> str | dict[str, dict[int, int]]:
+    """``allowed`` words, or per-partition JSON whose offsets are >= 0, -2 (earliest) or -1
+    (latest); ``refused`` maps -2/-1 to why this option cannot take it."""
     value = str(raw).strip()
     if value.lower() in allowed:
         return value.lower()
@@ -96,6 +112,15 @@ def _offsets(name: str, raw: str, allowed: tuple[str, ...]) -> str | dict[str, d
             f"option {name} must be one of {list(allowed)} or JSON like "
             f'{{"topic":{{"0":23,"1":-2}}}}, got {raw!r} ({e})'
         ) from None
+    for t, parts in out.items():
+        for p, o in parts.items():
+            if o < EARLIEST:
+                raise OptionError(
+                    f"option {name}: {t}-{p}: {o} is not an offset (use an offset >= 0, "
+                    "-2 for earliest or -1 for latest)"
+                )
+            if refused and o in refused:
+                raise OptionError(f"option {name}: {t}-{p}: {o} ({refused[o]})")
     return out
 
 
@@ -144,7 +169,20 @@ def _subscription(opts: Mapping[str, str]) -> Subscription:
     return Subscription(assign=pairs)
 
 
+_BATCH_START_LATEST = "latest: a batch read from the latest offset reads nothing"
+_BATCH_END_EARLIEST = "earliest: a batch read up to the earliest offset reads nothing"
+
+
 def batch_options(options: Mapping[str, str]) -> BatchOptions:
+    """The options of a batch read (``spark.read``); as Spark's Kafka source, a batch may
+    not start at ``latest`` nor end at ``earliest``."""
+    base = _parse(options, stream=False)
+    if base.starting == "latest":
+        raise OptionError(f"option startingOffsets={_BATCH_START_LATEST}; use earliest or offsets")
+    return base
+
+
+def _parse(options: Mapping[str, str], *, stream: bool) -> BatchOptions:
     opts = {k.lower(): str(v) for k, v in options.items()}
     unknown = sorted(k for k in opts if k not in _BATCH_OPTIONS and not k.startswith("kafka."))
     if unknown:
@@ -154,8 +192,14 @@ def batch_options(options: Mapping[str, str]) -> BatchOptions:
     raw_start = opts.get("startingoffsets", "earliest")
     if raw_start.strip().lower() == "group":
         raw_start = "earliest"  # resolved by the stream reader through the broker
-    starting = _offsets("startingOffsets", raw_start, ("earliest", "latest"))
-    ending = _offsets("endingOffsets", opts.get("endingoffsets", "latest"), ("latest",))
+    refused_start = None if stream else {LATEST: _BATCH_START_LATEST}
+    starting = _offsets("startingOffsets", raw_start, ("earliest", "latest"), refused=refused_start)
+    ending = _offsets(
+        "endingOffsets",
+        opts.get("endingoffsets", "latest"),
+        ("latest",),
+        refused={EARLIEST: _BATCH_END_EARLIEST},
+    )
     try:
         per_partition = int(opts.get("maxrecordsperpartition", 1_000_000))
     except ValueError as e:
@@ -238,7 +282,7 @@ def stream_options(options: Mapping[str, str]) -> StreamOptions:
         if name.lower() in opts:
             raise OptionError(f"option {name} is for batch reads; a stream has no end")
     rest = {k: v for k, v in opts.items() if k not in _STREAM_ONLY}
-    base = batch_options(rest)
+    base = _parse(rest, stream=True)
     starting: str | dict[str, dict[int, int]] = base.starting
     if opts.get("startingoffsets", "").strip().lower() == "group":
         starting = "group"

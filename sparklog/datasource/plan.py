@@ -36,7 +36,12 @@ from pyspark.sql.datasource import (
 
 from sparklog.datasource.options import BatchOptions, StreamOptions, Subscription, Timestamps
 from sparklog.datasource.scan import OffsetRange
-from sparklog.errors import OffsetOutOfRangeError, OptionError, UnknownTopicError
+from sparklog.errors import (
+    OffsetOutOfRangeError,
+    OptionError,
+    UnknownPartitionError,
+    UnknownTopicError,
+)
 from sparklog.storage import Storage
 from sparklog.storage.reader import LogView, PartitionReader
 
@@ -123,6 +128,10 @@ class ReadPlanner:
         self.include_headers = include_headers
         self.max_records_per_partition = max_records_per_partition
         self.check_crcs = check_crcs
+        self.topic_ids: dict[str, str] = {}
+        #: data loss seen so far with failOnDataLoss=false: times, and offsets known skipped
+        self.data_loss_events = 0
+        self.offsets_skipped = 0
 
     @classmethod
     def of(cls, o: BatchOptions | StreamOptions) -> ReadPlanner:
@@ -137,12 +146,23 @@ class ReadPlanner:
 
     # ------------------------------------------------------------------ what and where
 
-    def topic_partitions(self, storage: Storage) -> list[TopicPartition]:
+    def topic_partitions(self, storage: Storage, *, strict: bool = True) -> list[TopicPartition]:
+        """The subscribed partitions that exist, and each topic's id in ``topic_ids``. A
+        topic (or assigned partition) that does not exist is an error naming the option,
+        or with ``strict=False`` (a running stream: deleted meanwhile) left out."""
         sub = self.subscription
+        self.topic_ids = {}
         if sub.assign:
+            out = []
             for t, p in sub.assign:
-                storage.topics.check_partition(t, p)
-            return list(sub.assign)
+                try:
+                    self.topic_ids[t] = storage.topics.check_partition(t, p).topic_id
+                except (UnknownTopicError, UnknownPartitionError) as e:
+                    if strict:
+                        raise OptionError(f"option assign: {e}") from None
+                    continue
+                out.append((t, p))
+            return out
         if sub.pattern is not None:
             rx = re.compile(sub.pattern)
             topics = [t for t in storage.topics.list() if rx.fullmatch(t)]
@@ -153,17 +173,42 @@ class ReadPlanner:
             try:
                 meta = storage.topics.get(t)
             except UnknownTopicError as e:
-                raise OptionError(f"option subscribe: {e}") from None
+                if strict:
+                    raise OptionError(f"option subscribe: {e}") from None
+                continue
+            self.topic_ids[t] = meta.topic_id
             out += [(t, p) for p in range(meta.partitions)]
         return out
 
-    def snapshot(self) -> dict[TopicPartition, LogView]:
-        """A view of every subscribed partition, each read once (see the module docstring)."""
-        storage = Storage(self.path)
+    def snapshot(self, *, strict: bool = True) -> dict[TopicPartition, LogView]:
+        """A view of every subscribed partition, each read once (see the module docstring);
+        the storage root must hold sparklog storage (``NoStorageError`` naming it)."""
+        storage = Storage(self.path).require()
         return {
             (t, p): PartitionReader(storage.fs, storage.root, t, p).view()
-            for t, p in self.topic_partitions(storage)
+            for t, p in self.topic_partitions(storage, strict=strict)
         }
+
+    def check_offsets(
+        self, name: str, spec: OffsetSpec, views: Mapping[TopicPartition, LogView]
+    ) -> None:
+        """Per-partition offsets ``spec`` (option ``name``) names only subscribed partitions
+        and no offset past a partition's high watermark (Spark's Kafka source's rules)."""
+        if isinstance(spec, str):
+            return
+        for t, parts in spec.items():
+            for p, o in parts.items():
+                view = views.get((t, p))
+                if view is None:
+                    raise OptionError(
+                        f"option {name} names {t}-{p}, which {self.subscription} does not "
+                        "cover (or which does not exist)"
+                    )
+                if o > view.high_watermark:
+                    raise OptionError(
+                        f"option {name}: {t}-{p} offset {o} is past the latest offset "
+                        f"{view.high_watermark}"
+                    )
 
     # ------------------------------------------------------------------ offsets
 
@@ -196,19 +241,61 @@ class ReadPlanner:
             "startingOffsetsByTimestampStrategy=latest to start at the latest offset instead"
         )
 
+    def data_loss(self, what: str, instead: str, skipped: int = 0) -> None:
+        """Offsets the query should have read are gone (``what``): with failOnDataLoss=true
+        an error, else a warning saying what happens ``instead``, counted in
+        ``data_loss_events`` and ``offsets_skipped``."""
+        if self.fail_on_data_loss:
+            raise OffsetOutOfRangeError(f"{what}; set failOnDataLoss=false to {instead}")
+        self.data_loss_events += 1
+        self.offsets_skipped += skipped
+        log.warning("%s; %s (failOnDataLoss=false)", what, instead)
+
     def checked_start(self, tp: TopicPartition, start: int, log_start: int) -> int:
         """``start``, or with ``failOnDataLoss=false`` the log start if retention removed
         offsets from ``start`` on (with ``true`` that is an error naming them)."""
         if start >= log_start:
             return start
-        if self.fail_on_data_loss:
-            raise OffsetOutOfRangeError(
-                f"{tp[0]}-{tp[1]}: offsets {start}..{log_start - 1} were removed by retention "
-                f"(log start {log_start}); set failOnDataLoss=false to read from {log_start}"
-            )
-        log.warning("%s-%d: offsets %d..%d are gone; reading from %d",
-                    tp[0], tp[1], start, log_start - 1, log_start)  # fmt: skip
+        self.data_loss(
+            f"{tp[0]}-{tp[1]}: offsets {start}..{log_start - 1} were removed by retention "
+            f"(log start {log_start})",
+            f"read from {log_start}",
+            log_start - start,
+        )
         return log_start
+
+    def continue_from(
+        self,
+        begin: Mapping[TopicPartition, int],
+        views: Mapping[TopicPartition, LogView],
+        recreated: set[str],
+    ) -> dict[TopicPartition, int]:
+        """Where a stream goes on after ``begin`` (the end of its last batch), given the
+        partitions there now (``snapshot(strict=False)``). Data loss, reported by
+        ``data_loss``: a partition that is gone (its topic was deleted) is dropped; one whose
+        topic was deleted and created again (``recreated``, or its offsets went back below
+        ``begin``) restarts at its log start, as Spark's Kafka source does."""
+        gone = [tp for tp in sorted(begin) if tp not in views]
+        for topic in sorted({t for t, _ in gone}):
+            parts = ", ".join(f"{t}-{p} from {begin[(t, p)]}" for t, p in gone if t == topic)
+            self.data_loss(
+                f"topic {topic!r} was deleted while the query ran (not read: {parts})",
+                "go on without it",
+            )
+        out = {}
+        for tp, offset in begin.items():
+            view = views.get(tp)
+            if view is None:
+                continue
+            if tp[0] in recreated or offset > view.high_watermark:
+                self.data_loss(
+                    f"{tp[0]}-{tp[1]}: the topic was deleted and created again while the "
+                    f"query ran (offsets went from {offset} to {view.high_watermark})",
+                    f"read the new topic from its start ({view.log_start_offset})",
+                )
+                offset = view.log_start_offset
+            out[tp] = offset
+        return out
 
     # ------------------------------------------------------------------ tasks
 
@@ -242,10 +329,14 @@ class ReadPlanner:
         self, o: BatchOptions, pushed: Pushed | None = None
     ) -> dict[TopicPartition, tuple[int, int, LogView]]:
         """Every partition's ``[start, end)`` of a batch read, and the view it was planned
-        on: the starting and ending options, narrowed by ``pushed`` filters."""
+        on: the starting and ending options (checked: subscribed partitions, offsets not
+        past the latest, start not after end), narrowed by ``pushed`` filters."""
         pushed = pushed or Pushed()
+        views = self.snapshot()
+        self.check_offsets("startingOffsets", o.starting, views)
+        self.check_offsets("endingOffsets", o.ending, views)
         out = {}
-        for tp, view in self.snapshot().items():
+        for tp, view in views.items():
             if pushed.partitions is not None and tp[1] not in pushed.partitions:
                 continue
             lo, hi = view.log_start_offset, view.high_watermark
@@ -259,6 +350,12 @@ class ReadPlanner:
                 ms = o.ending_timestamps.of(*tp)
                 found = None if ms is None else view.offset_for_timestamp(ms)
                 end = hi if found is None else found
+            if start > end:
+                raise OptionError(
+                    f"{tp[0]}-{tp[1]}: the starting offset {start} is after the ending offset "
+                    f"{end} (options startingOffsets/startingTimestamp and endingOffsets/"
+                    "endingTimestamp)"
+                )
             start = self.checked_start(tp, start, lo)
             end = min(end, hi, pushed.offset_hi)
             start = max(start, pushed.offset_lo)

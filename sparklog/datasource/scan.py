@@ -10,6 +10,7 @@ boundary. Offsets removed while the query ran fail the task, or with
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
@@ -19,6 +20,8 @@ from pyspark.sql.datasource import InputPartition
 from sparklog.errors import OffsetOutOfRangeError
 from sparklog.storage import Storage
 from sparklog.storage.reader import PartitionReader
+
+log = logging.getLogger(__name__)
 
 KAFKA_SCHEMA = (
     "key binary, value binary, topic string, partition int, offset long, "
@@ -88,11 +91,13 @@ def read_range(partition: OffsetRange) -> Iterator[pa.RecordBatch]:
     ).view()
     start = partition.start
     if start < view.log_start_offset:
+        gone = (
+            f"{partition.topic}-{partition.partition}: offsets {start}.."
+            f"{view.log_start_offset - 1} were removed while the query ran"
+        )
         if partition.fail_on_data_loss:
-            raise OffsetOutOfRangeError(
-                f"{partition.topic}-{partition.partition}: offsets {start}.."
-                f"{view.log_start_offset - 1} were removed while the query ran"
-            )
+            raise OffsetOutOfRangeError(gone)
+        log.warning("%s; reading from %d (failOnDataLoss=false)", gone, view.log_start_offset)
         start = view.log_start_offset
     columns = READ_COLUMNS + (["headers"] if partition.include_headers else [])
     for batch in coalesce(view.batches(start, partition.end, columns=columns)):

@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
@@ -39,6 +40,8 @@ from sparklog.storage.reader import LogView
 log = logging.getLogger(__name__)
 
 Offsets = dict[str, dict[str, int]]
+#: where ``reportLatestOffset`` puts what is not an offset (no topic name holds a ':')
+REPORT_KEY = "sparklog:source"
 GROUP_COMMIT_TIMEOUT_S = 10.0  # a courtesy commit must not hold a micro-batch up for long
 
 
@@ -75,7 +78,9 @@ def share_limit(
 class SparkLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """See the module docstring. Each ``latestOffset`` reads every partition's bounds once
     (``ReadPlanner.snapshot``); ``reportLatestOffset`` and ``partitions`` of the same
-    micro-batch use what it read."""
+    micro-batch use what it read. A subscribed topic that does not exist when the query
+    starts is an error; one deleted while it runs, or deleted and created again, is data
+    loss (``ReadPlanner.continue_from``), which ``failOnDataLoss`` decides."""
 
     def __init__(self, options: StreamOptions) -> None:
         self.options = options
@@ -85,13 +90,19 @@ class SparkLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._last_batch = time.monotonic()
         self._log_starts: dict[TopicPartition, int] | None = None
         self._latest_seen: dict[TopicPartition, int] | None = None
+        self._topic_ids: dict[str, str] = {}
+        self._continued: tuple[Offsets, dict[TopicPartition, int]] | None = None
 
-    def _bounds(self) -> dict[TopicPartition, LogView]:
-        """Every partition's view, read once; remembered for the micro-batch's other calls."""
-        views = self._plan.snapshot()
+    def _bounds(self, *, strict: bool = False) -> tuple[dict[TopicPartition, LogView], set[str]]:
+        """Every partition's view, read once, remembered for the micro-batch's other calls;
+        and the topics that were deleted and created again since the last read."""
+        views = self._plan.snapshot(strict=strict)
+        ids = self._plan.topic_ids
+        recreated = {t for t, i in ids.items() if self._topic_ids.get(t, i) != i}
+        self._topic_ids = dict(ids)
         self._log_starts = {tp: v.log_start_offset for tp, v in views.items()}
         self._latest_seen = {tp: v.high_watermark for tp, v in views.items()}
-        return views
+        return views, recreated
 
     def _within_target(self, latest: dict[TopicPartition, int]) -> dict[TopicPartition, int]:
         """``latest`` capped at an AvailableNow run's target (partitions beyond it dropped)."""
@@ -102,7 +113,10 @@ class SparkLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def initialOffset(self) -> Offsets:
         o = self.options
-        views = self._bounds()
+        views, _ = self._bounds(strict=True)
+        self._plan.check_offsets(
+            "startingOffsets", o.starting if o.starting != "group" else "", views
+        )
         if o.starting_timestamps is not None:
             return _nest({
                 tp: self._plan.start_by_timestamp(
@@ -134,8 +148,9 @@ class SparkLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         # here too, because Spark calls ``commit`` for a batch only once it plans the next
         # one, so the last batch of a query (an AvailableNow run) would never be committed.
         self._commit_group(start)
-        begin = _flat(start)
-        views = self._bounds()
+        views, recreated = self._bounds()
+        begin = self._plan.continue_from(_flat(start), views, recreated)
+        self._continued = (start, dict(begin))
         assert self._latest_seen is not None
         latest = self._within_target(self._latest_seen)
         for tp in latest:  # new partitions start at their log start
@@ -154,25 +169,41 @@ class SparkLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             self._last_batch = time.monotonic()
         return _nest(end)
 
-    def reportLatestOffset(self) -> Offsets:
+    def reportLatestOffset(self) -> dict[str, Any]:
         # Spark asks right after ``latestOffset``: report the high watermarks read there,
-        # as Spark's Kafka source reports the offsets its latestOffset fetched
+        # as Spark's Kafka source reports the offsets its latestOffset fetched. The report
+        # only shows in the query's progress (``latestOffset``), so it also carries the
+        # data loss skipped so far under a key no topic name can have.
         if self._latest_seen is None:
             self._bounds()
         assert self._latest_seen is not None
-        return _nest(self._latest_seen)
+        report: dict[str, Any] = dict(_nest(self._latest_seen))
+        if self._plan.data_loss_events:
+            report[REPORT_KEY] = {
+                "dataLossEvents": self._plan.data_loss_events,
+                "offsetsSkipped": self._plan.offsets_skipped,
+            }
+        return report
 
     def prepareForTriggerAvailableNow(self) -> None:
         self._bounds()
         self._target = dict(self._latest_seen or {})
 
     def partitions(self, start: Offsets, end: Offsets) -> list[OffsetRange]:
-        begin, stop = _flat(start), _flat(end)
+        stop = _flat(end)
         log_starts = self._log_starts
-        if log_starts is None or any(tp not in log_starts for tp in stop):
-            self._bounds()  # a batch replayed after a restart, or a partition new since
+        if (
+            log_starts is None
+            or self._continued is None
+            or self._continued[0] != start
+            or any(tp not in log_starts for tp in stop)
+        ):  # a batch replayed after a restart, or a partition new since
+            views, recreated = self._bounds()
+            begin = self._plan.continue_from(_flat(start), views, recreated)
             log_starts = self._log_starts
             assert log_starts is not None
+        else:
+            begin = dict(self._continued[1])
         for tp in stop:  # partitions that appeared in this batch start at their log start
             begin.setdefault(tp, log_starts.get(tp, stop[tp]))
         return self._plan.ranges(begin, stop, log_starts)
@@ -187,6 +218,8 @@ class SparkLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if not (self.options.group and self.options.client):
             return
         flat = _flat(end)
+        if self._log_starts is not None:  # partitions of deleted topics cannot be committed
+            flat = {tp: o for tp, o in flat.items() if tp in self._log_starts}
         if flat == self._committed:
             return
         try:

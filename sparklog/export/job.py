@@ -17,7 +17,9 @@ from typing import TYPE_CHECKING, Any
 
 from sparklog.errors import (
     ExportUsageError,
+    NoStorageError,
     OffsetOutOfRangeError,
+    OptionError,
     SparkLogError,
     UnknownTopicError,
 )
@@ -149,7 +151,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     spark = SparkSession.builder.appName(f"sparklog-export-{opts.topic}").getOrCreate()
     try:
         result = export(spark, opts)
-    except (ExportUsageError, UnknownTopicError) as e:
+    except (ExportUsageError, OptionError, NoStorageError, UnknownTopicError) as e:
         print(f"export: error: {e}", file=sys.stderr)
         return EXIT_USAGE
     except (SparkLogError, ValueError) as e:

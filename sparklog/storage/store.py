@@ -19,6 +19,8 @@ import os
 import tempfile
 from typing import Any
 
+from sparklog.errors import NoStorageError
+from sparklog.storage import names
 from sparklog.storage.fs import FileSystem
 from sparklog.storage.fs.local import LocalFileSystem
 from sparklog.storage.lease import LeaseStore
@@ -54,6 +56,24 @@ class Storage:
         self.fs = fs
         self.root = root
         self.topics = TopicStore(fs, root)
+
+    def require(self) -> Storage:
+        """This storage, if the root holds sparklog storage (a ``topics/`` directory: every
+        broker and every topic creation makes one); else ``NoStorageError`` naming the path.
+        Readers, jobs and offline tools call it; a broker creates its root instead."""
+        reason = ""
+        if not self.fs.exists(self.root):
+            reason = "the path does not exist"
+        elif not self.fs.is_dir(self.root):
+            reason = "the path is a file, not a directory"
+        elif not self.fs.is_dir(names.topics_dir(self.root)):
+            reason = f"the directory has no {names.TOPICS_DIR}/ (no broker or topic was ever here)"
+        if reason:
+            raise NoStorageError(
+                f"{self.uri}: no sparklog storage here: {reason}; give the storage root "
+                "(a broker's --data-dir)"
+            )
+        return self
 
     def open_log(self, topic: str, partition: int, **kwargs: Any) -> PartitionLog:
         """The writable log of an existing topic's partition (the caller is its only writer)."""

@@ -5,6 +5,9 @@ import os
 import subprocess
 import sys
 from importlib.metadata import entry_points
+from pathlib import Path
+
+import pytest
 
 import sparklog
 from sparklog.storage import Storage
@@ -73,6 +76,7 @@ def test_malformed_config_pair(root: str) -> None:
 
 
 def test_describe_unknown_topic(root: str) -> None:
+    Storage(root).topics.create("other", 1)  # storage, without the topic
     out = run("topics", "describe", "nope", "--data-dir", root)
     assert out.returncode == 1
     assert "does not exist" in out.stderr
@@ -83,3 +87,20 @@ def test_create_refuses_while_another_process_holds_the_data_dir(root: str) -> N
         out = run("topics", "create", "t", "--data-dir", root)
     assert out.returncode == 1
     assert "locked" in out.stderr
+
+
+@pytest.mark.parametrize("action", [["list"], ["describe", "t"], ["delete", "t"]])
+def test_a_data_dir_without_storage_is_an_error_naming_it(
+    tmp_path: Path, action: list[str]
+) -> None:
+    missing = str(tmp_path / "nope")
+    out = run("topics", *action, "--data-dir", missing)
+    assert out.returncode == 2
+    assert f"{missing}: no sparklog storage here" in out.stderr
+
+
+def test_a_data_dir_that_is_a_file_is_an_error_naming_it(tmp_path: Path) -> None:
+    f = tmp_path / "file"
+    f.write_text("x")
+    out = run("topics", "list", "--data-dir", str(f))
+    assert out.returncode == 2 and "is a file" in out.stderr

@@ -6,6 +6,8 @@ import subprocess
 import time
 from pathlib import Path
 
+import pytest
+
 from sparklog.compaction.jobs import describe_error
 from sparklog.storage import Storage
 
@@ -85,3 +87,13 @@ def test_spark_submit_runs_the_retention_job_with_a_summary_per_partition(root: 
     )
     assert bad.returncode == 2
     assert "retention: error: topic 'nope' does not exist" in bad.stdout + bad.stderr
+
+
+def test_the_jobs_call_a_wrong_data_dir_by_its_name(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from sparklog.compaction.jobs import retention_main
+
+    missing = str(tmp_path / "nope")
+    assert retention_main(["--data-dir", missing]) == 2
+    assert f"retention: error: {missing}: no sparklog storage here" in capsys.readouterr().err

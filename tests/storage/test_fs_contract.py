@@ -89,6 +89,13 @@ def test_directory_exists(backend: Backend) -> None:
     assert backend.fs.exists(backend.base)
 
 
+def test_is_dir_tells_directories_from_files_and_missing_paths(backend: Backend) -> None:
+    backend.fs.write_new(backend.path("f"), b"x")
+    assert backend.fs.is_dir(backend.base)
+    assert not backend.fs.is_dir(backend.path("f"))
+    assert not backend.fs.is_dir(backend.path("nope"))
+
+
 def test_listdir_of_missing_directory_is_empty(backend: Backend) -> None:
     assert backend.fs.listdir(backend.path("no", "such", "dir")) == []
 

@@ -53,6 +53,10 @@ class FileSystem(abc.ABC):
         """True if a file or directory exists at ``path``."""
 
     @abc.abstractmethod
+    def is_dir(self, path: str) -> bool:
+        """True if ``path`` is a directory."""
+
+    @abc.abstractmethod
     def size(self, path: str) -> int:
         """Size of the file at ``path`` in bytes; FileNotFoundError if absent."""
 

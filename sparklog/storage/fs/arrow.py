@@ -79,6 +79,9 @@ class ArrowFileSystem(FileSystem):
     def exists(self, path: str) -> bool:
         return bool(self._info(path).type != pafs.FileType.NotFound)
 
+    def is_dir(self, path: str) -> bool:
+        return bool(self._info(path).type == pafs.FileType.Directory)
+
     def size(self, path: str) -> int:
         info = self._info(path)
         if info.type != pafs.FileType.File:

@@ -67,6 +67,9 @@ class LocalFileSystem(FileSystem):
     def exists(self, path: str) -> bool:
         return os.path.exists(path)
 
+    def is_dir(self, path: str) -> bool:
+        return os.path.isdir(path)
+
     def size(self, path: str) -> int:
         return os.stat(path).st_size
 
