@@ -5,6 +5,7 @@
     sparklog topics create NAME [--partitions N] [--config k=v ...] TARGET
     sparklog topics list TARGET
     sparklog topics describe NAME TARGET
+    sparklog topics alter NAME [--config k=v ...] [--delete-config k ...] TARGET
     sparklog topics delete NAME TARGET
 
     sparklog groups list|describe GROUP|delete GROUP --bootstrap-server HOST:PORT
@@ -19,9 +20,9 @@ per partition, the owner, committed offset, log end offset, lag in records and l
 seconds (the age of the oldest unconsumed record).
 
 ``--bootstrap-server`` goes through a broker (CreateTopics, DeleteTopics, Metadata,
-DescribeConfigs, ListOffsets). The ``--data-dir`` forms work on storage directly (offline
-use); creating or deleting a topic takes the data-dir lease, so they refuse to run beside a
-broker that holds it.
+DescribeConfigs, IncrementalAlterConfigs, ListOffsets). The ``--data-dir`` forms work on
+storage directly (offline use); creating, altering or deleting a topic takes the data-dir
+lease, so they refuse to run beside a broker that holds it.
 Errors print one line on stderr and exit with status 2 (bad arguments) or 1 (other).
 """
 
@@ -108,6 +109,9 @@ def _topics_remote(args: argparse.Namespace) -> int:
                 print(name)
         elif args.action == "describe":
             print(json.dumps(kc.describe_topic(c, args.name), indent=2))
+        elif args.action == "alter":
+            kc.alter_topic_configs(c, args.name, _parse_configs(args.config), args.delete_config)
+            print(f"Altered configs of topic {args.name}.")
         elif args.action == "delete":
             kc.delete_topic(c, args.name)
             print(f"Deleted topic {args.name}.")
@@ -131,6 +135,10 @@ def _topics(args: argparse.Namespace) -> int:
             print(name)
     elif args.action == "describe":
         print(json.dumps(_describe(storage, args.name), indent=2))
+    elif args.action == "alter":
+        with _writer_lease(storage):
+            storage.topics.alter_configs(args.name, _parse_configs(args.config), args.delete_config)
+        print(f"Altered configs of topic {args.name}.")
     elif args.action == "delete":
         with _writer_lease(storage):
             storage.topics.delete(args.name)
@@ -225,20 +233,29 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="sparklog", description=__doc__.split("\n")[0])
     parser.add_argument("--version", action="version", version=f"sparklog {sparklog.__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
-    topics = sub.add_parser("topics", help="create, list, describe and delete topics")
+    topics = sub.add_parser("topics", help="create, list, describe, alter and delete topics")
     tsub = topics.add_subparsers(dest="action", required=True)
-    for action in ("create", "list", "describe", "delete"):
+    for action in ("create", "list", "describe", "alter", "delete"):
         p = tsub.add_parser(action)
         if action != "list":
             p.add_argument("name")
         if action == "create":
             p.add_argument("--partitions", type=int, default=1)
+        if action in ("create", "alter"):
             p.add_argument(
                 "--config",
                 action="append",
                 default=[],
                 metavar="NAME=VALUE",
                 help="a topic config (Kafka name), repeatable",
+            )
+        if action == "alter":
+            p.add_argument(
+                "--delete-config",
+                action="append",
+                default=[],
+                metavar="NAME",
+                help="return a config to its default, repeatable",
             )
         p.add_argument("--bootstrap-server", help="HOST:PORT of a running broker")
         p.add_argument("--data-dir", help="the storage root (offline use, no broker)")

@@ -67,6 +67,10 @@ APIS: dict[int, Api] = {
     ApiKey.DELETE_RECORDS: Api("DeleteRecords", 0, 2, offsets.delete_records),
     ApiKey.INIT_PRODUCER_ID: Api("InitProducerId", 0, 4, admin.init_producer_id),
     ApiKey.DESCRIBE_CONFIGS: Api("DescribeConfigs", 1, 4, admin.describe_configs),
+    ApiKey.ALTER_CONFIGS: Api("AlterConfigs", 0, 2, admin.alter_configs),
+    ApiKey.INCREMENTAL_ALTER_CONFIGS: Api(
+        "IncrementalAlterConfigs", 0, 1, admin.incremental_alter_configs
+    ),
     ApiKey.CREATE_PARTITIONS: Api("CreatePartitions", 0, 3, admin.create_partitions),
     ApiKey.DELETE_GROUPS: Api("DeleteGroups", 0, 2, groups.delete_groups),
 }

@@ -97,6 +97,37 @@ class PartitionManager:
         self.storage.topics.delete(name)
         del self._topics[name]
 
+    def alter_configs(
+        self,
+        name: str,
+        configs: dict[str, str],
+        delete: list[str],
+        *,
+        replace: bool,
+        validate_only: bool,
+    ) -> TopicMeta:
+        """Change a topic's configs; a deleted or (``replace``) unnamed config returns to
+        the broker's topic default if it has one, else to Kafka's. Open partitions use the
+        new configs from their next append."""
+        self.topic(name)
+        defaults = self.config.topic_defaults
+        if replace:
+            configs = {**defaults, **configs}
+        back = {k: defaults[k] for k in delete if k in defaults}
+        meta = self.storage.topics.alter_configs(
+            name,
+            {**configs, **back},
+            [k for k in delete if k not in defaults],
+            replace=replace,
+            validate_only=validate_only,
+        )
+        if not validate_only:
+            self._topics[name] = meta
+            for (topic, _p), handle in self.handles.items():
+                if topic == name:
+                    handle.log.reconfigure(meta.config)
+        return meta
+
     def add_partitions(self, name: str, total: int) -> TopicMeta:
         meta = self.storage.topics.add_partitions(name, total)
         self._topics[name] = meta

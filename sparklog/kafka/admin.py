@@ -63,6 +63,26 @@ def delete_topic(client: KafkaClient, name: str) -> None:
         raise KafkaRequestError(f"delete topic {name!r}", r.error_code, r.error_message)
 
 
+def alter_topic_configs(
+    client: KafkaClient, name: str, configs: dict[str, str], delete: list[str]
+) -> None:
+    """Set ``configs`` and return ``delete``d ones to their defaults (IncrementalAlterConfigs:
+    what ``kafka-configs --alter --add-config/--delete-config`` sends)."""
+    ops = [{"name": k, "config_operation": 0, "value": v} for k, v in configs.items()]
+    ops += [{"name": k, "config_operation": 1, "value": None} for k in delete]
+    resp = client.request(
+        ApiKey.INCREMENTAL_ALTER_CONFIGS,
+        1,
+        {
+            "resources": [{"resource_type": TOPIC_RESOURCE, "resource_name": name, "configs": ops}],
+            "validate_only": False,
+        },
+    )
+    r = resp.responses[0]
+    if r.error_code != ErrorCode.none:
+        raise KafkaRequestError(f"alter configs of {name!r}", r.error_code, r.error_message)
+
+
 def list_offsets(
     client: KafkaClient, topic: str, partitions: list[int], timestamp: int
 ) -> dict[int, tuple[int, int]]:

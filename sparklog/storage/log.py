@@ -204,6 +204,12 @@ class PartitionLog:
     def _now_ms(self) -> int:
         return int(self._clock() * 1000)
 
+    def reconfigure(self, config: TopicConfig) -> None:
+        """Use the topic's changed configs from the next append on (an active segment's
+        index interval stays until it rolls)."""
+        with self._lock:
+            self.config = config
+
     def _check_open(self) -> None:
         if self._closed:
             raise LogClosedError(f"{self.label}: the log is closed")

@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,7 +30,7 @@ from sparklog.errors import (
     UnknownTopicError,
 )
 from sparklog.storage import names
-from sparklog.storage.config import TopicConfig
+from sparklog.storage.config import CONFIG_NAMES, TopicConfig
 from sparklog.storage.fs import FileSystem
 from sparklog.storage.versioned import VersionedFiles
 
@@ -173,12 +173,28 @@ class TopicStore:
             )
         return new
 
-    def alter_configs(self, name: str, configs: Mapping[str, Any]) -> TopicMeta:
+    def alter_configs(
+        self,
+        name: str,
+        configs: Mapping[str, Any] | None = None,
+        delete: Iterable[str] = (),
+        *,
+        replace: bool = False,
+        validate_only: bool = False,
+    ) -> TopicMeta:
+        """Set ``configs`` and return ``delete``d names to their defaults, as the next
+        version; with ``replace`` every config not in ``configs`` returns to its default
+        (Kafka's AlterConfigs). Names and values are checked first (InvalidConfigError);
+        with ``validate_only`` nothing is committed."""
         meta = self.get(name)
-        config = meta.config.with_overrides(configs)
-        return self._commit_next(
-            meta, TopicMeta(meta.name, meta.topic_id, meta.partitions, config, meta.created_ms)
-        )
+        current = {} if replace else meta.config.non_defaults()
+        for key in delete:
+            if key not in CONFIG_NAMES:
+                raise InvalidConfigError(f"unknown topic config {key!r}")
+            current.pop(key, None)
+        config = TopicConfig.from_mapping({**current, **dict(configs or {})})
+        new = TopicMeta(meta.name, meta.topic_id, meta.partitions, config, meta.created_ms)
+        return new if validate_only else self._commit_next(meta, new)
 
     def add_partitions(self, name: str, total: int) -> TopicMeta:
         meta = self.get(name)

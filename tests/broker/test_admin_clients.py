@@ -49,6 +49,10 @@ class Admin:
     def create_partitions(self, bootstrap: str, name: str, total: int) -> None:
         raise NotImplementedError
 
+    def alter_configs(self, bootstrap: str, name: str, configs: dict[str, str]) -> None:
+        """AlterConfigs: the topic's configs become ``configs`` (others: their defaults)."""
+        raise NotImplementedError
+
 
 class ConfluentAdmin(Admin):
     name = "confluent"
@@ -100,6 +104,29 @@ class ConfluentAdmin(Admin):
             for f in admin.create_partitions(new, operation_timeout=TIMEOUT).values():
                 f.result(TIMEOUT)
 
+    def alter_configs(self, bootstrap: str, name: str, configs: dict[str, str]) -> None:
+        from confluent_kafka.admin import ConfigResource, ResourceType
+
+        with self._admin(bootstrap) as admin:
+            resource = ConfigResource(ResourceType.TOPIC, name, set_config=configs)
+            for f in admin.alter_configs([resource]).values():
+                f.result(TIMEOUT)
+
+    def incremental_alter_configs(
+        self, bootstrap: str, resource_type: Any, name: str, ops: list[tuple[str, str, str | None]]
+    ) -> None:
+        """``ops``: (operation: SET|DELETE|APPEND|SUBTRACT, config name, value)."""
+        from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
+
+        entries = [
+            ConfigEntry(n, v, incremental_operation=getattr(AlterConfigOpType, op))
+            for op, n, v in ops
+        ]
+        with self._admin(bootstrap) as admin:
+            resource = ConfigResource(resource_type, name, incremental_configs=entries)
+            for f in admin.incremental_alter_configs([resource]).values():
+                f.result(TIMEOUT)
+
 
 class KafkaPythonAdmin(Admin):
     name = "kafka-python"
@@ -144,6 +171,14 @@ class KafkaPythonAdmin(Admin):
 
         with self._admin(bootstrap) as admin:
             admin.create_partitions({name: NewPartitions(total)})
+
+    def alter_configs(self, bootstrap: str, name: str, configs: dict[str, str]) -> None:
+        from kafka.admin import ConfigResource, ConfigResourceType
+
+        with self._admin(bootstrap) as admin:
+            resource = ConfigResource(ConfigResourceType.TOPIC, name, configs=configs)
+            result = admin.alter_configs([resource], incremental=False)  # AlterConfigs
+            assert "Error" not in repr(result), result
 
 
 class AioKafkaAdmin(Admin):
@@ -192,6 +227,13 @@ class AioKafkaAdmin(Admin):
 
         resp = self._call(bootstrap, lambda a: a.create_partitions({name: NewPartitions(total)}))
         assert [e[1] for e in resp.topic_errors] == [0], resp
+
+    def alter_configs(self, bootstrap: str, name: str, configs: dict[str, str]) -> None:
+        from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
+
+        resource = ConfigResource(ConfigResourceType.TOPIC, name, configs)
+        (resp,) = self._call(bootstrap, lambda a: a.alter_configs([resource]))
+        assert [r[0] for r in resp.resources] == [0], resp
 
 
 ADMINS = [
@@ -281,3 +323,103 @@ def test_admin_create_topic_with_invalid_config_fails(
     assert admin.create_topic(broker.bootstrap, "invalid", 1, configs) == INVALID_CONFIG
     assert broker.stop() == 0
     assert user_topics(broker.data_dir) == []
+
+
+# ---------------------------------------------------------------------------- config changes
+
+
+@pytest.mark.parametrize("admin", [p for p in ADMINS if p.id != "kafka-python"])
+def test_admin_alter_configs_replaces_a_topics_configs(broker: BrokerProcess, admin: Admin) -> None:
+    with RawClient.connect(broker.bootstrap) as raw:
+        assert raw.create_topic("altered", 1, TOPIC_CONFIGS).error_code == 0
+    admin.alter_configs(broker.bootstrap, "altered", {"retention.ms": "7200000"})
+    configs = admin.describe_configs(broker.bootstrap, "altered")
+    assert configs["retention.ms"] == "7200000"
+    assert configs["cleanup.policy"] == "delete"  # not given: back to the default
+    meta = stored_topic(broker, "altered")
+    assert (meta.config.retention_ms, meta.config.cleanup_policy) == (7_200_000, "delete")
+
+
+def test_kafka_pythons_alter_configs_keeps_the_configs_it_does_not_name(
+    broker: BrokerProcess,
+) -> None:
+    # kafka-python sends IncrementalAlterConfigs where the broker offers it, and otherwise
+    # fills the topic's other configs into AlterConfigs: either way only retention changes
+    admin = KafkaPythonAdmin()
+    with RawClient.connect(broker.bootstrap) as raw:
+        assert raw.create_topic("kept-configs", 1, TOPIC_CONFIGS).error_code == 0
+    admin.alter_configs(broker.bootstrap, "kept-configs", {"retention.ms": "7200000"})
+    configs = admin.describe_configs(broker.bootstrap, "kept-configs")
+    assert (configs["retention.ms"], configs["cleanup.policy"]) == ("7200000", "compact")
+
+
+def test_incremental_alter_configs_sets_deletes_and_appends(broker: BrokerProcess) -> None:
+    from confluent_kafka.admin import ResourceType
+
+    with RawClient.connect(broker.bootstrap) as raw:
+        assert raw.create_topic("stepwise", 1, {"retention.ms": "3600000"}).error_code == 0
+    ConfluentAdmin().incremental_alter_configs(
+        broker.bootstrap, ResourceType.TOPIC, "stepwise",
+        [("SET", "segment.bytes", "100000"), ("DELETE", "retention.ms", None),
+         ("APPEND", "cleanup.policy", "compact")],
+    )  # fmt: skip
+    configs = ConfluentAdmin().describe_configs(broker.bootstrap, "stepwise")
+    assert configs["segment.bytes"] == "100000"
+    assert configs["retention.ms"] == "604800000"  # Kafka's default
+    assert configs["cleanup.policy"] == "delete,compact"
+
+
+def test_a_bad_config_change_is_refused_and_changes_nothing(broker: BrokerProcess) -> None:
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import ResourceType
+
+    with RawClient.connect(broker.bootstrap) as raw:
+        assert raw.create_topic("guarded", 1, {"retention.ms": "3600000"}).error_code == 0
+    admin = ConfluentAdmin()
+    for ops in (
+        [("SET", "retention.ms", "soon")],
+        [("SET", "no.such.config", "1")],
+        [("APPEND", "retention.ms", "5")],
+        [("SUBTRACT", "cleanup.policy", "delete")],  # would leave it empty
+    ):
+        with pytest.raises(KafkaException, match="INVALID_CONFIG"):
+            admin.incremental_alter_configs(broker.bootstrap, ResourceType.TOPIC, "guarded", ops)
+    with pytest.raises(KafkaException, match="static"):
+        admin.incremental_alter_configs(
+            broker.bootstrap, ResourceType.BROKER, "0", [("SET", "num.partitions", "3")]
+        )
+    assert admin.describe_configs(broker.bootstrap, "guarded")["retention.ms"] == "3600000"
+
+
+def test_an_open_partition_uses_changed_configs_at_once(broker: BrokerProcess) -> None:
+    from confluent_kafka.admin import ResourceType
+
+    with RawClient.connect(broker.bootstrap) as raw:
+        assert raw.create_topic("live-config", 1).error_code == 0
+        seed(raw, "live-config", [Rec(0, b"k", b"x" * 100, (), T0)] * 3)  # opens the partition
+        ConfluentAdmin().incremental_alter_configs(
+            broker.bootstrap, ResourceType.TOPIC, "live-config",
+            [("SET", "segment.bytes", "1000")],
+        )  # fmt: skip
+        for _ in range(5):
+            seed(raw, "live-config", [Rec(0, b"k", b"y" * 400, (), T0)] * 2)
+    assert broker.stop() == 0
+    segments = Storage(broker.data_dir).reader("live-config", 0).view().manifest.segments
+    assert len(segments) >= 4  # rolled at about 1000 bytes, not at the default 1 GiB
+
+
+def test_cli_alters_a_topic_through_the_broker(broker: BrokerProcess) -> None:
+    import subprocess
+    import sys
+
+    with RawClient.connect(broker.bootstrap) as raw:
+        assert raw.create_topic("orders", 2).error_code == 0
+    out = subprocess.run(
+        [sys.executable, "-m", "sparklog.cli", "topics", "alter", "orders",
+         "--config", "cleanup.policy=compact", "--config", "retention.ms=1000",
+         "--bootstrap-server", broker.bootstrap],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    configs = ConfluentAdmin().describe_configs(broker.bootstrap, "orders")
+    assert (configs["cleanup.policy"], configs["retention.ms"]) == ("compact", "1000")

@@ -104,3 +104,19 @@ def test_a_data_dir_that_is_a_file_is_an_error_naming_it(tmp_path: Path) -> None
     f.write_text("x")
     out = run("topics", "list", "--data-dir", str(f))
     assert out.returncode == 2 and "is a file" in out.stderr
+
+
+def test_alter_changes_and_resets_configs_offline(root: str) -> None:
+    assert (
+        run(
+            "topics", "create", "orders", "--config", "retention.ms=5", "--data-dir", root
+        ).returncode
+        == 0
+    )
+    out = run("topics", "alter", "orders", "--config", "cleanup.policy=compact",
+              "--delete-config", "retention.ms", "--data-dir", root)  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    config = Storage(root).topics.get("orders").config
+    assert (config.cleanup_policy, config.retention_ms) == ("compact", 604_800_000)
+    bad = run("topics", "alter", "orders", "--config", "retention.ms=soon", "--data-dir", root)
+    assert bad.returncode == 2 and "retention.ms" in bad.stderr

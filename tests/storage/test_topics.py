@@ -140,6 +140,36 @@ def test_alter_configs(fs: LocalFileSystem, root: str) -> None:
     assert (meta.config.retention_ms, meta.config.cleanup_policy) == (5, "compact")
 
 
+def test_alter_configs_deletes_back_to_the_default(fs: LocalFileSystem, root: str) -> None:
+    topics = TopicStore(fs, root)
+    topics.create("t", 1, {"retention.ms": "5", "segment.bytes": "4096"})
+    meta = topics.alter_configs("t", {}, ["retention.ms"])
+    assert (meta.config.retention_ms, meta.config.segment_bytes) == (604_800_000, 4096)
+
+
+def test_alter_configs_replacing_resets_what_it_does_not_name(
+    fs: LocalFileSystem, root: str
+) -> None:
+    topics = TopicStore(fs, root)
+    topics.create("t", 1, {"retention.ms": "5", "segment.bytes": "4096"})
+    meta = topics.alter_configs("t", {"retention.ms": "7"}, replace=True)
+    assert (meta.config.retention_ms, meta.config.segment_bytes) == (7, 1024 * 1024 * 1024)
+
+
+def test_alter_configs_validated_only_commits_nothing(fs: LocalFileSystem, root: str) -> None:
+    topics = TopicStore(fs, root)
+    topics.create("t", 1)
+    assert (
+        topics.alter_configs("t", {"retention.ms": "7"}, validate_only=True).config.retention_ms
+        == 7
+    )
+    assert topics.get("t").version == 0
+    with pytest.raises(InvalidConfigError, match="retention.ms"):
+        topics.alter_configs("t", {"retention.ms": "soon"}, validate_only=True)
+    with pytest.raises(InvalidConfigError, match="no.such"):
+        topics.alter_configs("t", {}, ["no.such"])
+
+
 def test_unknown_partition(fs: LocalFileSystem, root: str) -> None:
     storage = Storage(root, fs)
     storage.topics.create("t", 2)

@@ -1,4 +1,12 @@
-"""CreateTopics, DeleteTopics, CreatePartitions, DescribeConfigs, InitProducerId."""
+"""CreateTopics, DeleteTopics, CreatePartitions, DescribeConfigs, AlterConfigs,
+IncrementalAlterConfigs, InitProducerId.
+
+Config changes apply to topics (Kafka's names and ranges, ``sparklog.storage.config``):
+AlterConfigs replaces a topic's configs with the ones given (the rest return to their
+defaults); IncrementalAlterConfigs sets, deletes (back to the default), or appends to and
+subtracts from the list config ``cleanup.policy``. Broker configs are static (the TOML file):
+changing one is refused with INVALID_REQUEST naming the file.
+"""
 
 from __future__ import annotations
 
@@ -197,6 +205,113 @@ async def describe_configs(ctx: RequestContext, header: Any, req: Any) -> dict[s
             entry.update(error_code=error_code(e), error_message=str(e))
         results.append(entry)
     return {"throttle_time": 0, "results": results}
+
+
+OP_SET, OP_DELETE, OP_APPEND, OP_SUBTRACT = 0, 1, 2, 3
+_LIST_CONFIGS = {"cleanup.policy"}
+
+
+def _alter_entry(r: Any) -> dict[str, Any]:
+    return {
+        "error_code": ErrorCode.none,
+        "error_message": None,
+        "resource_type": r.resource_type,
+        "resource_name": r.resource_name,
+    }
+
+
+def _refuse_non_topic(r: Any, entry: dict[str, Any]) -> bool:
+    if r.resource_type == TOPIC_RESOURCE:
+        return False
+    why = (
+        "broker configs are static: edit the broker's TOML file (--config) and restart"
+        if r.resource_type == BROKER_RESOURCE
+        else f"resource type {r.resource_type} is not supported"
+    )
+    entry.update(error_code=ErrorCode.invalid_request, error_message=why)
+    return True
+
+
+def _unique_names(r: Any) -> list[str]:
+    names_ = [c.name for c in r.configs]
+    dup = sorted({n for n in names_ if names_.count(n) > 1})
+    if dup:
+        raise InvalidConfigError(f"configs {dup} are given more than once")
+    return names_
+
+
+async def alter_configs(ctx: RequestContext, header: Any, req: Any) -> dict[str, Any]:
+    out = []
+    for r in req.resources:
+        entry = _alter_entry(r)
+        if not _refuse_non_topic(r, entry):
+            try:
+                _unique_names(r)
+                ctx.manager.alter_configs(
+                    r.resource_name,
+                    {c.name: c.value for c in r.configs if c.value is not None},
+                    [],
+                    replace=True,
+                    validate_only=bool(req.validate_only),
+                )
+            except (SparkLogError, ValueError) as e:
+                entry.update(error_code=error_code(e), error_message=str(e))
+        out.append(entry)
+    return {"throttle_time": 0, "responses": out}
+
+
+def _incremental(meta: TopicMeta, ops: Any) -> tuple[dict[str, str], list[str]]:
+    """The sets and deletes of IncrementalAlterConfigs operations on ``meta``'s configs."""
+    sets: dict[str, str] = {}
+    deletes: list[str] = []
+    current = {k: str(v) for k, v in meta.config.to_mapping().items()}
+    for c in ops:
+        op = int(c.config_operation)
+        if op == OP_SET:
+            if c.value is None:
+                raise InvalidConfigError(f"config {c.name!r}: SET needs a value")
+            sets[c.name] = c.value
+        elif op == OP_DELETE:
+            deletes.append(c.name)
+        elif op in (OP_APPEND, OP_SUBTRACT):
+            if c.name not in _LIST_CONFIGS:
+                raise InvalidConfigError(
+                    f"config {c.name!r} is not a list: APPEND and SUBTRACT apply to "
+                    f"{sorted(_LIST_CONFIGS)}"
+                )
+            items = [v for v in current.get(c.name, "").split(",") if v]
+            given = [v.strip() for v in (c.value or "").split(",") if v.strip()]
+            if op == OP_APPEND:
+                items += [v for v in given if v not in items]
+            else:
+                items = [v for v in items if v not in given]
+            if not items:
+                raise InvalidConfigError(f"config {c.name!r} cannot become empty")
+            sets[c.name] = ",".join(items)
+        else:
+            raise InvalidConfigError(f"config {c.name!r}: unknown operation {op}")
+    return sets, deletes
+
+
+async def incremental_alter_configs(ctx: RequestContext, header: Any, req: Any) -> dict[str, Any]:
+    out = []
+    for r in req.resources:
+        entry = _alter_entry(r)
+        if not _refuse_non_topic(r, entry):
+            try:
+                _unique_names(r)
+                sets, deletes = _incremental(ctx.manager.topic(r.resource_name), r.configs)
+                ctx.manager.alter_configs(
+                    r.resource_name,
+                    sets,
+                    deletes,
+                    replace=False,
+                    validate_only=bool(req.validate_only),
+                )
+            except (SparkLogError, ValueError) as e:
+                entry.update(error_code=error_code(e), error_message=str(e))
+        out.append(entry)
+    return {"throttle_time": 0, "responses": out}
 
 
 async def init_producer_id(ctx: RequestContext, header: Any, req: Any) -> dict[str, Any]:
