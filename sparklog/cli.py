@@ -10,14 +10,16 @@
 
     sparklog groups list|describe GROUP|delete GROUP --bootstrap-server HOST:PORT
     sparklog groups reset-offsets GROUP --topic T (--to-earliest | --to-latest |
-        --to-offset N | --to-datetime ISO) --bootstrap-server HOST:PORT
+        --to-offset N | --to-datetime ISO | --shift-by N) [--dry-run | --execute]
+        --bootstrap-server HOST:PORT
 
     sparklog scheduler --data-dir DIR [--spark-args "ARGS"] [--min-interval S]
         [--max-interval S] [--max-jobs N] [--spark-submit PATH]
 
 TARGET is ``--bootstrap-server HOST:PORT`` or ``--data-dir DIR``. ``groups describe`` shows,
 per partition, the owner, committed offset, log end offset, lag in records and lag in
-seconds (the age of the oldest unconsumed record).
+seconds (the age of the oldest unconsumed record). ``groups reset-offsets`` follows
+Kafka's tool: it prints the new offsets, and commits them only with ``--execute``.
 
 ``--bootstrap-server`` goes through a broker (CreateTopics, DeleteTopics, Metadata,
 DescribeConfigs, IncrementalAlterConfigs, ListOffsets). The ``--data-dir`` forms work on
@@ -34,8 +36,11 @@ import json
 import sys
 from collections.abc import Iterator, Sequence
 
+from kio.schema.errors import ErrorCode
+
 import sparklog
-from sparklog.errors import SparkLogError
+from sparklog.errors import KafkaRequestError, SparkLogError
+from sparklog.kafka.client import KafkaClient
 from sparklog.storage import Storage
 from sparklog.storage.lease import DATA_DIR
 from sparklog.storage.reader import PartitionReader
@@ -148,10 +153,8 @@ def _topics(args: argparse.Namespace) -> int:
 
 def _groups(args: argparse.Namespace) -> int:
     import time
-    from datetime import datetime
 
     from sparklog.kafka import admin as kc
-    from sparklog.kafka.client import KafkaClient
 
     with KafkaClient(args.bootstrap_server) as c:
         if args.action == "list":
@@ -175,29 +178,77 @@ def _groups(args: argparse.Namespace) -> int:
             kc.delete_group(c, args.group)
             print(f"Deleted group {args.group}.")
         elif args.action == "reset-offsets":
-            parts = kc.topic_partitions(c, args.topic)
-            if args.to_earliest or args.to_latest:
-                found = kc.list_offsets(c, args.topic, parts, -2 if args.to_earliest else -1)
-                targets = {p: o for p, (o, _ts) in found.items()}
-            elif args.to_offset is not None:
-                if args.to_offset < 0:
-                    raise ValueError("--to-offset must not be negative")
-                # as Kafka's tool does: within [log start, log end]
-                starts = kc.list_offsets(c, args.topic, parts, -2)
-                ends = kc.list_offsets(c, args.topic, parts, -1)
-                targets = {p: min(max(args.to_offset, starts[p][0]), ends[p][0]) for p in parts}
-            else:
-                when = datetime.fromisoformat(args.to_datetime)
-                if when.tzinfo is None:
-                    raise ValueError("--to-datetime needs a time zone, e.g. 2026-11-21T10:00Z")
-                ms = int(when.timestamp() * 1000)
-                found = kc.list_offsets(c, args.topic, parts, ms)
-                latest = kc.list_offsets(c, args.topic, parts, -1)
-                targets = {p: o if o >= 0 else latest[p][0] for p, (o, _ts) in found.items()}
-            kc.commit_offsets(c, args.group, {(args.topic, p): o for p, o in targets.items()})
-            for p, o in sorted(targets.items()):
-                print(f"{args.group}\t{args.topic}\t{p}\t{o}")
+            _reset_offsets(c, args)
     return 0
+
+
+DRY_RUN_WARNING = (
+    "WARN: No action will be performed as the --execute option is missing. "
+    "Add --dry-run to keep this behaviour without the warning, or --execute to reset."
+)
+
+
+def _reset_offsets(c: KafkaClient, args: argparse.Namespace) -> None:
+    """Kafka's ``kafka-consumer-groups --reset-offsets``: plan the new offsets of one topic,
+    print them, and commit them only with ``--execute`` (the default is a dry run). The group
+    must have no active members, also for a dry run."""
+    from sparklog.kafka import admin as kc
+
+    state, members = kc.group_state(c, args.group)
+    if members:
+        raise KafkaRequestError(
+            f"reset offsets of {args.group!r}",
+            ErrorCode.unknown_member_id,
+            f"the group is {state} with {members} active members: stop its consumers first",
+        )
+    parts = kc.topic_partitions(c, args.topic)
+    starts = {p: o for p, (o, _ts) in kc.list_offsets(c, args.topic, parts, -2).items()}
+    ends = {p: o for p, (o, _ts) in kc.list_offsets(c, args.topic, parts, -1).items()}
+
+    def clamp(offset: int, p: int) -> int:  # as Kafka's tool: within [log start, log end]
+        return min(max(offset, starts[p]), ends[p])
+
+    if args.to_earliest:
+        targets = dict(starts)
+    elif args.to_latest:
+        targets = dict(ends)
+    elif args.to_offset is not None:
+        if args.to_offset < 0:
+            raise ValueError("--to-offset must not be negative")
+        targets = {p: clamp(args.to_offset, p) for p in parts}
+    elif args.shift_by is not None:
+        committed = kc.committed_offsets(c, args.group)
+        missing = [p for p in parts if (args.topic, p) not in committed]
+        if missing:
+            raise ValueError(
+                f"--shift-by: {args.topic} partitions {missing} have no committed offset "
+                f"in group {args.group!r} to shift"
+            )
+        targets = {p: clamp(committed[(args.topic, p)] + args.shift_by, p) for p in parts}
+    else:
+        ms = _datetime_ms(args.to_datetime)
+        found = kc.list_offsets(c, args.topic, parts, ms)
+        targets = {p: o if o >= 0 else ends[p] for p, (o, _ts) in found.items()}
+    if args.execute:
+        kc.commit_offsets(c, args.group, {(args.topic, p): o for p, o in targets.items()})
+    elif not args.dry_run:
+        print(DRY_RUN_WARNING, file=sys.stderr)
+    for p, o in sorted(targets.items()):
+        print(f"{args.group}\t{args.topic}\t{p}\t{o}")
+
+
+def _datetime_ms(value: str) -> int:
+    from datetime import datetime
+
+    try:
+        when = datetime.fromisoformat(value)
+    except ValueError as e:
+        raise ValueError(
+            f"--to-datetime {value!r} is not an ISO date and time, e.g. 2026-11-21T10:00:00Z ({e})"
+        ) from None
+    if when.tzinfo is None:
+        raise ValueError("--to-datetime needs a time zone, e.g. 2026-11-21T10:00Z")
+    return int(when.timestamp() * 1000)
 
 
 def _broker(args: argparse.Namespace) -> int:
@@ -275,6 +326,12 @@ def build_parser() -> argparse.ArgumentParser:
             to.add_argument("--to-latest", action="store_true")
             to.add_argument("--to-offset", type=int)
             to.add_argument("--to-datetime", metavar="ISO", help="e.g. 2026-11-21T10:00:00Z")
+            to.add_argument("--shift-by", type=int, metavar="N", help="committed offset + N")
+            run_mode = g.add_mutually_exclusive_group()
+            run_mode.add_argument(
+                "--dry-run", action="store_true", help="print the new offsets (the default)"
+            )
+            run_mode.add_argument("--execute", action="store_true", help="commit them")
         g.add_argument("--bootstrap-server", required=True, help="HOST:PORT of a broker")
         g.set_defaults(func=_groups)
     broker = sub.add_parser("broker", help="run a broker")

@@ -201,6 +201,16 @@ def decode_assignment(data: bytes) -> dict[str, list[int]]:
     return out
 
 
+def group_state(client: KafkaClient, group: str) -> tuple[str, int]:
+    """A group's state and number of members (DescribeGroups)."""
+    g = client.request(
+        ApiKey.DESCRIBE_GROUPS, 5, {"groups": [group], "include_authorized_operations": False}
+    ).groups[0]
+    if g.error_code != ErrorCode.none:
+        raise KafkaRequestError(f"describe group {group!r}", g.error_code)
+    return g.group_state, len(g.members)
+
+
 def list_groups(client: KafkaClient) -> list[tuple[str, str]]:
     resp = client.request(ApiKey.LIST_GROUPS, 4, {"states_filter": []})
     return [(g.group_id, g.group_state) for g in resp.groups]

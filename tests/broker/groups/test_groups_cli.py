@@ -157,8 +157,8 @@ def test_list_and_describe_lag_with_and_without_members(
     assert listed(broker) == {GROUP: "Empty"}
 
 
-def reset(broker: BrokerProcess, *how: str) -> tuple[int, str, str]:
-    return groups(broker, "reset-offsets", GROUP, "--topic", TOPIC, *how)
+def reset(broker: BrokerProcess, *how: str, mode: str = "--execute") -> tuple[int, str, str]:
+    return groups(broker, "reset-offsets", GROUP, "--topic", TOPIC, *how, *([mode] if mode else []))
 
 
 def iso(ms: int, tz: timezone = UTC) -> str:
@@ -193,6 +193,37 @@ def test_reset_offsets(broker: BrokerProcess, seeded: list[int]) -> None:
     assert [r["lag_seconds"] for r in doc["partitions"]] == [0.0, 0.0]
 
 
+def test_reset_is_a_dry_run_unless_executed(broker: BrokerProcess, seeded: list[int]) -> None:
+    """Kafka's semantics: without --execute the new offsets are printed, not committed
+    (with a warning unless --dry-run says so)."""
+    for mode, warned in (("", True), ("--dry-run", False)):
+        rc, out, err = reset(broker, "--to-earliest", mode=mode)
+        assert rc == 0, err
+        assert out.splitlines() == [f"{GROUP}\t{TOPIC}\t{p}\t0" for p in (0, 1)]
+        assert ("--execute option is missing" in err) == warned, err
+        assert confluent_committed(broker) == [CONSUMED[0], CONSUMED[1]]  # unchanged
+    rc, out, err = groups(broker, "reset-offsets", GROUP, "--topic", TOPIC, "--to-earliest",
+                          "--dry-run", "--execute")  # fmt: skip
+    assert rc == 2 and "not allowed with" in err, err
+
+
+def test_reset_shift_by_moves_the_committed_offsets(
+    broker: BrokerProcess, seeded: list[int]
+) -> None:
+    rc, _out, err = reset(broker, "--shift-by", "-3")
+    assert rc == 0, err
+    assert confluent_committed(broker) == [max(CONSUMED[0] - 3, 0), max(CONSUMED[1] - 3, 0)]
+    rc, _out, err = reset(broker, "--shift-by", "1000")  # clamped at the log end
+    assert rc == 0, err
+    assert confluent_committed(broker) == [N, N]
+
+
+def test_reset_shift_by_needs_a_committed_offset(broker: BrokerProcess, seeded: list[int]) -> None:
+    rc, out, err = groups(broker, "reset-offsets", "fresh-group", "--topic", TOPIC,
+                          "--shift-by", "2", "--execute")  # fmt: skip
+    assert rc == 2 and "no committed offset" in err and out == "", err
+
+
 def test_reset_to_offset_past_the_end_is_clamped(broker: BrokerProcess, seeded: list[int]) -> None:
     """As Kafka's kafka-consumer-groups does: an offset past the log end becomes the log end
     (a committed offset past the end is out of range: the consumer would fall back to
@@ -217,7 +248,7 @@ def test_delete_group(broker: BrokerProcess, seeded: list[int]) -> None:
 def test_errors(broker: BrokerProcess, seeded: list[int]) -> None:
     """One line on stderr, exit 2 for bad arguments and 1 for what the broker refuses."""
     for how, code, words in [
-        (("--to-datetime", "yesterday"), 2, ["yesterday"]),
+        (("--to-datetime", "yesterday"), 2, ["--to-datetime", "yesterday"]),
         (("--to-datetime", "2026-13-01T00:00:00Z"), 2, ["month"]),
         (("--to-datetime", "2026-01-01T00:00:00"), 2, ["time zone"]),
         (("--to-offset", "-1"), 2, ["negative"]),
