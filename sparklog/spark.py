@@ -23,12 +23,22 @@ def register(spark: Any) -> None:
 
     Also turns on Python data-source filter push-down, which the reader relies on to plan
     only the partitions and offsets a query's filters allow: PySpark refuses a reader that
-    implements ``pushFilters`` while ``spark.sql.python.filterPushdown.enabled`` is false.
+    implements ``pushFilters`` while ``spark.sql.python.filterPushdown.enabled`` is false;
+    and adds ``GroupCommitListener``, which commits a streaming query's group offsets when
+    Spark finishes each micro-batch (``sparklog.datasource.progress``).
     """
     from sparklog.datasource.source import SparkLogDataSource
 
     spark.conf.set("spark.sql.python.filterPushdown.enabled", "true")
     spark.dataSource.register(SparkLogDataSource)
+    if not getattr(spark, "_sparklog_group_commits", False):
+        from sparklog.datasource.progress import GroupCommitListener
+
+        try:
+            spark.streams.addListener(GroupCommitListener())
+            spark._sparklog_group_commits = True
+        except Exception:  # Spark Connect: the source's own commits remain
+            pass
 
 
 def has_jvm_class(spark: Any, name: str) -> bool:

@@ -9,8 +9,9 @@ passed since the last batch. ``Trigger.AvailableNow``
 reads up to the high watermarks seen when the query starts. Partitions added to a topic,
 and topics matching a pattern later, are picked up from their log start. ``commit``
 advances the consumer group's committed offsets through the broker, so Kafka tools and
-``sparklog groups describe`` show the query's lag; the Spark checkpoint stays the source of
-truth for the query itself, and a failed group commit only logs a warning.
+``sparklog groups describe`` show the query's lag; ``sparklog.datasource.progress``
+commits each batch's end as soon as Spark finishes it. The Spark checkpoint stays the source
+of truth for the query itself, and a failed group commit only logs a warning.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from pyspark.sql.streaming.datasource import (
 
 from sparklog.datasource.options import StreamOptions
 from sparklog.datasource.plan import ReadPlanner, TopicPartition
+from sparklog.datasource.progress import REPORT_KEY
 from sparklog.datasource.scan import OffsetRange, read_partition
 from sparklog.kafka import admin
 from sparklog.kafka.client import KafkaClient
@@ -40,8 +42,6 @@ from sparklog.storage.reader import LogView
 log = logging.getLogger(__name__)
 
 Offsets = dict[str, dict[str, int]]
-#: where ``reportLatestOffset`` puts what is not an offset (no topic name holds a ':')
-REPORT_KEY = "sparklog:source"
 GROUP_COMMIT_TIMEOUT_S = 10.0  # a courtesy commit must not hold a micro-batch up for long
 
 
@@ -172,17 +172,24 @@ class SparkLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def reportLatestOffset(self) -> dict[str, Any]:
         # Spark asks right after ``latestOffset``: report the high watermarks read there,
         # as Spark's Kafka source reports the offsets its latestOffset fetched. The report
-        # only shows in the query's progress (``latestOffset``), so it also carries the
-        # data loss skipped so far under a key no topic name can have.
+        # only shows in the query's progress (``latestOffset``), so under a key no topic
+        # name can have it also carries the data loss skipped so far, and the group whose
+        # offsets GroupCommitListener commits when a batch is done.
         if self._latest_seen is None:
             self._bounds()
         assert self._latest_seen is not None
         report: dict[str, Any] = dict(_nest(self._latest_seen))
+        extra: dict[str, Any] = {}
+        o = self.options
+        if o.group and o.client is not None:
+            extra.update(group=o.group, bootstrap=o.client.bootstrap)
         if self._plan.data_loss_events:
-            report[REPORT_KEY] = {
-                "dataLossEvents": self._plan.data_loss_events,
-                "offsetsSkipped": self._plan.offsets_skipped,
-            }
+            extra.update(
+                dataLossEvents=self._plan.data_loss_events,
+                offsetsSkipped=self._plan.offsets_skipped,
+            )
+        if extra:
+            report[REPORT_KEY] = extra
         return report
 
     def prepareForTriggerAvailableNow(self) -> None:

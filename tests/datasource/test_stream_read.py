@@ -148,6 +148,48 @@ def test_group_offsets_are_committed_through_the_broker(spark: Any, tmp_path: Pa
         broker.stop()
 
 
+def test_group_lag_is_current_when_a_batch_ends_and_after_stop(spark: Any, tmp_path: Path) -> None:
+    from sparklog.kafka import admin as kc
+    from sparklog.kafka.client import KafkaClient
+
+    broker = BrokerProcess(str(tmp_path / "broker")).start()
+    try:
+        p = Producer({"bootstrap.servers": broker.bootstrap, "acks": "all"})
+        for i in range(700):
+            p.produce("lag", value=b"v%d" % i)
+        assert p.flush(20) == 0
+        sparklog.spark.register(spark)
+        q = (
+            spark.readStream.format("sparklog")
+            .option("subscribe", "lag")
+            .option("startingOffsets", "earliest")
+            .option("group", "current")
+            .option("kafka.bootstrap.servers", broker.bootstrap)
+            .load(broker.data_dir)
+            .writeStream.format("noop")
+            .option("checkpointLocation", str(tmp_path / "ck"))
+            .trigger(processingTime="1 hour")  # one batch now, the next one much later
+            .start()
+        )
+        try:
+            deadline = time.monotonic() + 60
+            while not (q.lastProgress and q.lastProgress["numInputRows"] == 700):
+                assert time.monotonic() < deadline and q.isActive, q.exception()
+                time.sleep(0.1)
+            committed: dict[tuple[str, int], int] = {}
+            while committed != {("lag", 0): 700} and time.monotonic() < deadline:
+                with KafkaClient(broker.bootstrap) as c:
+                    committed = kc.committed_offsets(c, "current")
+                time.sleep(0.1)
+            assert committed == {("lag", 0): 700}  # before the next batch is planned
+        finally:
+            q.stop()
+        with KafkaClient(broker.bootstrap) as c:
+            assert kc.committed_offsets(c, "current") == {("lag", 0): 700}
+    finally:
+        broker.stop()
+
+
 def test_micro_batches_over_a_topic_kafka_clients_produce_to(spark: Any, tmp_path: Path) -> None:
     broker = BrokerProcess(str(tmp_path / "broker")).start()
     try:

@@ -1,0 +1,81 @@
+"""Group commits when Spark finishes a micro-batch (``GroupCommitListener``).
+
+A Python source hears of a finished batch only when Spark plans the next one (``commit`` and
+``latestOffset`` are called then), so a query's group lag would run one micro-batch behind,
+and stay stale after the query stops. ``sparklog.spark.register`` therefore adds this
+listener to the session: on every progress event of a query, for each sparklog source with
+a ``group``, it commits the batch's end offsets to the group through the broker. The source
+says which group and broker in its reported latest offset (``stream.REPORT_KEY``, shown in
+the query's progress; no topic name holds a ':'), since a listener sees only the progress.
+
+The source's own commits stay (they cover sessions without the listener, such as Spark
+Connect); every commit is of offsets whose batch is done, so they only ever move forward.
+A failed commit is logged; the query's checkpoint stays its source of truth.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+from pyspark.sql.streaming.listener import StreamingQueryListener
+
+from sparklog.kafka import admin
+from sparklog.kafka.client import ClientSettings, KafkaClient
+
+log = logging.getLogger(__name__)
+
+REPORT_KEY = "sparklog:source"
+COMMIT_TIMEOUT_S = 10.0
+
+
+def end_offsets(raw: str | None) -> dict[tuple[str, int], int]:
+    """A source's offsets JSON as (topic, partition) -> offset (other keys left out)."""
+    doc = json.loads(raw) if raw else {}
+    return {
+        (t, int(p)): int(o)
+        for t, parts in doc.items()
+        if ":" not in t and isinstance(parts, dict)
+        for p, o in parts.items()
+    }
+
+
+class GroupCommitListener(StreamingQueryListener):
+    """See the module docstring."""
+
+    def __init__(self) -> None:
+        self._committed: dict[tuple[str, str], dict[tuple[str, int], int]] = {}
+
+    def onQueryStarted(self, event: Any) -> None:
+        return None
+
+    def onQueryIdle(self, event: Any) -> None:
+        return None
+
+    def onQueryTerminated(self, event: Any) -> None:
+        run = str(event.runId)
+        for key in [k for k in self._committed if k[0] == run]:
+            del self._committed[key]
+
+    def onQueryProgress(self, event: Any) -> None:
+        progress = event.progress
+        for source in progress.sources:
+            try:
+                self._commit(str(progress.runId), source)
+            except Exception as e:  # a courtesy: the checkpoint is the query's truth
+                log.warning("sparklog: group commit after a micro-batch failed: %s", e)
+
+    def _commit(self, run: str, source: Any) -> None:
+        latest = json.loads(source.latestOffset) if source.latestOffset else {}
+        info = latest.get(REPORT_KEY) if isinstance(latest, dict) else None
+        if not isinstance(info, dict) or not info.get("group") or not info.get("bootstrap"):
+            return
+        offsets = end_offsets(source.endOffset)
+        key = (run, str(info["group"]))
+        if not offsets or self._committed.get(key) == offsets:
+            return
+        settings = ClientSettings(str(info["bootstrap"]), COMMIT_TIMEOUT_S, "sparklog-source")
+        with KafkaClient(settings) as client:
+            admin.commit_offsets(client, key[1], offsets)
+        self._committed[key] = offsets
