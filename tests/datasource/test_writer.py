@@ -292,6 +292,21 @@ def test_bad_options_fail_before_any_task(spark: Any, broker: Any) -> None:
 
 
 @pytest.mark.spark
+def test_the_default_save_mode_appends_as_the_kafka_sink_does(spark: Any, broker: Any) -> None:
+    sparklog.spark.register(spark)
+    df = spark.createDataFrame([("a",), ("b",)], "value string")
+    w = df.write.format("sparklog").option("kafka.bootstrap.servers", broker.bootstrap)
+    w.option("topic", "saved").save()  # Spark's default: ErrorIfExists
+    w.option("topic", "saved").mode("errorifexists").save()
+    df.write.save(format="sparklog", topic="saved",
+                  **{"kafka.bootstrap.servers": broker.bootstrap})  # fmt: skip
+    with pytest.raises(Exception, match="Ignore"):
+        w.option("topic", "saved").mode("ignore").save()
+    assert broker.stop() == 0
+    assert stored(broker.data_dir, "saved")[0].num_rows == 6
+
+
+@pytest.mark.spark
 def test_stream_write_commits_each_batch_once(spark: Any, broker: Any, tmp_path: Path) -> None:
     sparklog.spark.register(spark)
     p = Producer({"bootstrap.servers": broker.bootstrap})
