@@ -25,15 +25,17 @@ def register(spark: Any) -> None:
     only the partitions and offsets a query's filters allow: PySpark refuses a reader that
     implements ``pushFilters`` while ``spark.sql.python.filterPushdown.enabled`` is false;
     adds ``GroupCommitListener``, which commits a streaming query's group offsets when
-    Spark finishes each micro-batch (``sparklog.datasource.progress``); and lets
-    ``df.write.format("sparklog").save()`` run in Spark's default save mode
-    (``_accept_default_save_mode``).
+    Spark finishes each micro-batch (``sparklog.datasource.progress``); and makes the
+    driver check a ``sparklog`` read's or write's options before Spark runs the source, so
+    a wrong option is the first line the user sees, and lets ``df.write`` run in Spark's
+    default save mode (``sparklog.datasource.driver``).
     """
+    from sparklog.datasource import driver
     from sparklog.datasource.source import SparkLogDataSource
 
     spark.conf.set("spark.sql.python.filterPushdown.enabled", "true")
     spark.dataSource.register(SparkLogDataSource)
-    _accept_default_save_mode()
+    driver.install()
     if not getattr(spark, "_sparklog_group_commits", False):
         from sparklog.datasource.progress import GroupCommitListener
 
@@ -54,48 +56,3 @@ def has_jvm_class(spark: Any, name: str) -> bool:
         return True
     except Exception:
         return False
-
-
-_ERROR_IF_EXISTS = ("error", "errorifexists", "default")
-
-
-def _accept_default_save_mode() -> None:
-    """Make ``df.write.format("sparklog")`` accept the default save mode, ErrorIfExists, as
-    Spark's Kafka sink does: a log has nothing that could exist already, so the write
-    appends. Spark refuses that mode for every Python data source before the source sees
-    it (UNSUPPORTED_DATA_SOURCE_SAVE_MODE), so this wraps PySpark's ``DataFrameWriter`` to
-    ask for Append in its place - for format ``sparklog`` only. Ignore and Overwrite are
-    still refused, as the Kafka sink refuses them."""
-    from pyspark.sql.readwriter import DataFrameWriter
-
-    if getattr(DataFrameWriter, "_sparklog_save_mode", False):
-        return
-    plain_format, plain_mode, plain_save = (
-        DataFrameWriter.format,
-        DataFrameWriter.mode,
-        DataFrameWriter.save,
-    )
-
-    def format(self: Any, source: str) -> Any:
-        self._sparklog_sink = str(source).strip().lower() == "sparklog"
-        return plain_format(self, source)
-
-    def mode(self: Any, saveMode: str | None) -> Any:
-        if saveMode is not None:
-            self._sparklog_mode = str(saveMode).strip().lower()
-        return plain_mode(self, saveMode)
-
-    def save(self: Any, path: Any = None, format: Any = None, mode: Any = None,
-             partitionBy: Any = None, **options: Any) -> None:  # fmt: skip
-        sink = getattr(self, "_sparklog_sink", False)
-        if format is not None:
-            sink = str(format).strip().lower() == "sparklog"
-        chosen = str(mode).lower() if mode is not None else getattr(self, "_sparklog_mode", None)
-        if sink and (chosen is None or chosen in _ERROR_IF_EXISTS):
-            mode = "append"
-        plain_save(self, path, format, mode, partitionBy, **options)
-
-    DataFrameWriter.format = format  # type: ignore[method-assign]
-    DataFrameWriter.mode = mode  # type: ignore[method-assign]
-    DataFrameWriter.save = save  # type: ignore[method-assign]
-    DataFrameWriter._sparklog_save_mode = True  # type: ignore[attr-defined]

@@ -233,3 +233,24 @@ def test_kafka_check_crcs_reaches_every_planned_range(data: str) -> None:
     assert ranges and not any(r.check_crcs for r in ranges)
     default = SparkLogBatchReader(batch_options({"path": data, "subscribe": "events"}))
     assert all(r.check_crcs for r in default.partitions())
+
+
+def test_a_wrong_option_is_the_first_line_the_user_sees(spark: Any, data: str) -> None:
+    sparklog.spark.register(spark)
+    reads = [
+        spark.read.format("sparklog").options(subscribe="events", startingOffsets="soon"),
+        spark.readStream.format("sparklog").options(subscribe="events", maxOffsetsPerTrigger=0),
+    ]
+    for reader in reads:
+        with pytest.raises(OptionError) as e:
+            reader.load(data)
+        assert str(e.value).splitlines()[0].startswith("option "), str(e.value)
+    df = spark.createDataFrame([(1,)], "n int")
+    with pytest.raises(OptionError, match="needs a 'value' column"):
+        df.write.format("sparklog").option("kafka.bootstrap.servers", "h:1").option(
+            "topic", "t"
+        ).save()
+    with pytest.raises(OptionError, match="kafka.bootstrap.servers"):
+        spark.readStream.format("rate").load().withColumnRenamed("value", "v").writeStream.format(
+            "sparklog"
+        ).option("topic", "t").start()

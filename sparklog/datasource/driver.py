@@ -1,0 +1,140 @@
+"""What ``sparklog.spark.register`` adds to PySpark in the driver, for format ``sparklog`` only.
+
+A Python data source runs in Python worker processes; whatever it raises reaches the user
+as the last lines of a long traceback behind a Spark error class. So that the first line
+says what is wrong, the options of a ``sparklog`` read or write are checked in the driver,
+with the DataSource's own rules (``sparklog.datasource.options``, ``writer.write_options``),
+before Spark is asked: a wrong option raises ``OptionError`` right where the user called
+``load``, ``save`` or ``start``.
+
+Also: ``df.write.format("sparklog").save()`` accepts Spark's default save mode,
+ErrorIfExists, and appends, as Spark's Kafka sink does (a log has nothing that could
+already exist). Spark refuses that mode for every Python data source before the source
+sees it (UNSUPPORTED_DATA_SOURCE_SAVE_MODE), so the writer asks for Append in its place.
+Ignore and Overwrite are still refused, as the Kafka sink refuses them.
+
+How: PySpark's ``DataFrameReader``, ``DataStreamReader``, ``DataFrameWriter`` and
+``DataStreamWriter`` remember the format and options they are given, and their ``load``,
+``save`` and ``start`` check them when the format is ``sparklog``; every other format goes
+through untouched. Installed once per process (``install``).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any
+
+SPARKLOG = "sparklog"
+_ERROR_IF_EXISTS = ("error", "errorifexists", "default")
+_installed = False
+
+
+def _text(value: Any) -> str:
+    """An option value as PySpark passes it to the JVM."""
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def _given(obj: Any) -> dict[str, str]:
+    found: dict[str, str] | None = getattr(obj, "_sparklog_options", None)
+    if found is None:
+        found = {}
+        obj._sparklog_options = found
+    return found
+
+
+def _is_sparklog(obj: Any, format: Any) -> bool:
+    name = format if format is not None else getattr(obj, "_sparklog_format", None)
+    return str(name or "").strip().lower() == SPARKLOG
+
+
+def _remember(cls: Any) -> None:
+    """Make ``cls`` (a PySpark reader or writer) remember its format and options."""
+    plain_format, plain_option, plain_options = cls.format, cls.option, cls.options
+
+    @functools.wraps(plain_format)
+    def format(self: Any, source: str) -> Any:
+        self._sparklog_format = source
+        return plain_format(self, source)
+
+    @functools.wraps(plain_option)
+    def option(self: Any, key: str, value: Any) -> Any:
+        _given(self)[key] = _text(value)
+        return plain_option(self, key, value)
+
+    @functools.wraps(plain_options)
+    def options(self: Any, **options: Any) -> Any:
+        _given(self).update({k: _text(v) for k, v in options.items()})
+        return plain_options(self, **options)
+
+    cls.format, cls.option, cls.options = format, option, options
+
+
+def _read_check(parse: Callable[[dict[str, str]], Any]) -> Callable[..., Any]:
+    def wrap(plain_load: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(plain_load)
+        def load(self: Any, path: Any = None, format: Any = None, schema: Any = None,
+                 **options: Any) -> Any:  # fmt: skip
+            if _is_sparklog(self, format):
+                given = {**_given(self), **{k: _text(v) for k, v in options.items()}}
+                if isinstance(path, str):
+                    given["path"] = path
+                parse(given)
+            return plain_load(self, path, format, schema, **options)
+
+        return load
+
+    return wrap
+
+
+def install() -> None:
+    """Wrap PySpark's readers and writers (see the module docstring); once per process."""
+    global _installed
+    if _installed:
+        return
+    from pyspark.sql.readwriter import DataFrameReader, DataFrameWriter
+    from pyspark.sql.streaming.readwriter import DataStreamReader, DataStreamWriter
+
+    from sparklog.datasource.options import batch_options, stream_options
+    from sparklog.datasource.writer import write_options
+
+    for cls in (DataFrameReader, DataStreamReader, DataFrameWriter, DataStreamWriter):
+        _remember(cls)
+    DataFrameReader.load = _read_check(batch_options)(DataFrameReader.load)  # type: ignore[method-assign]
+    DataStreamReader.load = _read_check(stream_options)(DataStreamReader.load)  # type: ignore[method-assign]
+
+    plain_mode, plain_save = DataFrameWriter.mode, DataFrameWriter.save
+
+    @functools.wraps(plain_mode)
+    def mode(self: Any, saveMode: str | None) -> Any:
+        if saveMode is not None:
+            self._sparklog_mode = str(saveMode).strip().lower()
+        return plain_mode(self, saveMode)
+
+    @functools.wraps(plain_save)
+    def save(self: Any, path: Any = None, format: Any = None, mode: Any = None,
+             partitionBy: Any = None, **options: Any) -> None:  # fmt: skip
+        if _is_sparklog(self, format):
+            write_options({**_given(self), **{k: _text(v) for k, v in options.items()}},
+                          self._df.schema)  # fmt: skip
+            chosen = (
+                str(mode).lower() if mode is not None else getattr(self, "_sparklog_mode", None)
+            )
+            if chosen is None or chosen in _ERROR_IF_EXISTS:
+                mode = "append"
+        plain_save(self, path, format, mode, partitionBy, **options)
+
+    plain_start = DataStreamWriter.start
+
+    @functools.wraps(plain_start)
+    def start(self: Any, path: Any = None, format: Any = None, outputMode: Any = None,
+              partitionBy: Any = None, queryName: Any = None, **options: Any) -> Any:  # fmt: skip
+        if _is_sparklog(self, format):
+            write_options({**_given(self), **{k: _text(v) for k, v in options.items()}},
+                          self._df.schema)  # fmt: skip
+        return plain_start(self, path, format, outputMode, partitionBy, queryName, **options)
+
+    DataFrameWriter.mode = mode  # type: ignore[method-assign]
+    DataFrameWriter.save = save  # type: ignore[method-assign]
+    DataStreamWriter.start = start  # type: ignore[method-assign]
+    _installed = True
