@@ -40,10 +40,17 @@ from kio.schema.errors import ErrorCode
 
 import sparklog
 from sparklog.errors import KafkaRequestError, SparkLogError
-from sparklog.kafka.client import KafkaClient
+from sparklog.kafka.client import ClientSettings, KafkaClient
 from sparklog.storage import Storage
 from sparklog.storage.lease import DATA_DIR
 from sparklog.storage.reader import PartitionReader
+
+
+def _client_settings(bootstrap: str) -> ClientSettings:
+    try:
+        return ClientSettings(bootstrap)
+    except ValueError as e:
+        raise ValueError(f"--bootstrap-server: {e}") from None
 
 
 def _parse_configs(pairs: Sequence[str]) -> dict[str, str]:
@@ -103,9 +110,8 @@ def _describe(storage: Storage, name: str) -> dict[str, object]:
 
 def _topics_remote(args: argparse.Namespace) -> int:
     from sparklog.kafka import admin as kc
-    from sparklog.kafka.client import KafkaClient
 
-    with KafkaClient(args.bootstrap_server) as c:
+    with KafkaClient(_client_settings(args.bootstrap_server)) as c:
         if args.action == "create":
             kc.create_topic(c, args.name, args.partitions, _parse_configs(args.config))
             print(f"Created topic {args.name} with {args.partitions} partition(s).")
@@ -156,7 +162,7 @@ def _groups(args: argparse.Namespace) -> int:
 
     from sparklog.kafka import admin as kc
 
-    with KafkaClient(args.bootstrap_server) as c:
+    with KafkaClient(_client_settings(args.bootstrap_server)) as c:
         if args.action == "list":
             for group, state in kc.list_groups(c):
                 print(f"{group}\t{state}")

@@ -264,25 +264,30 @@ def run(
             {k: v for k, v in after.items() if v is not None} == model.live,
             "after compaction the latest value of some order changed",
         )
-        done = [o for o in compacted.outcomes if o.status == "compacted"]
-        _check(bool(done), "compaction cleaned no partition: " +
+        first = [o for o in compacted.outcomes if o.status == "compacted"]
+        _check(bool(first), "compaction cleaned no partition: " +
                "; ".join(o.line() for o in compacted.outcomes))  # fmt: skip
         # tombstones stay delete.retention.ms (0 here) after the first compaction that
         # covered them, so the next run removes them (Kafka's KIP-534 rule)
         again = compact(spark, broker.data_dir, [ORDERS], progress=lambda m: say("  " + m))
-        done += [o for o in again.outcomes if o.status == "compacted"]
+        second = [o for o in again.outcomes if o.status == "compacted"]
         report.timings["compaction"] = time.perf_counter() - t0
         after = latest_per_key(spark, broker.data_dir)
         _check(
             {k: v for k, v in after.items() if v is not None} == model.live,
             "after the second compaction the latest value of some order changed",
         )
-        report.add(f"compacted  {ORDERS}: {sum(o.records_before for o in done):,} -> "
-                   f"{sum(o.records_after for o in done):,} records in the cleaned "
-                   f"segments in {len(done)} partition runs "
-                   f"({sum(o.tombstones_removed for o in done):,} tombstones dropped), "
-                   f"offsets kept, latest value of all {len(model.live):,} live orders "
-                   f"unchanged ({report.timings['compaction']:.1f} s)")  # fmt: skip
+
+        def records(runs: list[Any]) -> str:
+            before, after = (sum(getattr(o, k) for o in runs) for k in
+                             ("records_before", "records_after"))  # fmt: skip
+            return f"{before:,} -> {after:,} records"
+
+        report.add(f"compacted  {ORDERS}: {records(first)} in the cleaned segments of "
+                   f"{len(first)} partitions, then {records(second)} in a second run "
+                   f"({sum(o.tombstones_removed for o in first + second):,} tombstones "
+                   f"dropped); offsets kept, latest value of all {len(model.live):,} live "
+                   f"orders unchanged ({report.timings['compaction']:.1f} s)")  # fmt: skip
         say(report.lines[-1])
 
         t0 = time.perf_counter()

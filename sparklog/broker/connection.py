@@ -125,10 +125,23 @@ class Connection:
 
 
 async def _race(step: Any, responder: asyncio.Task[None]) -> Any:
-    """Await ``step`` unless the responder finishes first (then None; ``step`` cancelled)."""
+    """Await ``step`` unless the responder finishes first (then None; ``step`` cancelled).
+    If the connection is cancelled meanwhile (the broker stops), ``step`` is cancelled too,
+    and whatever it ends with is retrieved: a read the closing socket fails is not an
+    error worth logging."""
     work = asyncio.ensure_future(step)
-    done, _ = await asyncio.wait({work, responder}, return_when=asyncio.FIRST_COMPLETED)
+    work.add_done_callback(_retrieve)
+    try:
+        done, _ = await asyncio.wait({work, responder}, return_when=asyncio.FIRST_COMPLETED)
+    except asyncio.CancelledError:
+        work.cancel()
+        raise
     if work in done:
         return work.result()
     work.cancel()
     return None
+
+
+def _retrieve(task: asyncio.Future[Any]) -> None:
+    if not task.cancelled():
+        task.exception()

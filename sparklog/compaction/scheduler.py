@@ -136,7 +136,7 @@ class Scheduler:
         if max_jobs < 1:
             raise ValueError("--max-jobs must be at least 1")
         self.data_dir = data_dir
-        self.storage = Storage(data_dir).require()
+        self.storage = Storage(data_dir)  # may be empty yet: a broker may start later
         self.spark_submit = spark_submit or default_spark_submit()
         self.spark_args = shlex.split(spark_args)
         self.min_s = min_interval_s

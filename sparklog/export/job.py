@@ -34,11 +34,27 @@ EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
 @dataclass(frozen=True)
 class ExportResult:
+    """What an export did: ``rows`` written (None where counting would cost a pass),
+    ``records`` read (offsets in range minus compaction's gaps; None when not counted),
+    the ``offsets`` its ranges spanned, micro-batches, time, and the Delta version."""
+
     rows: int | None
     offsets: int
     batches: int
     seconds: float
     version: int | None = None
+    records: int | None = None
+
+    def summary(self, opts: ExportOptions) -> str:
+        read = (f"{self.records:,} records read" if self.records is not None
+                else f"{self.offsets:,} offsets read")  # fmt: skip
+        written = f"{self.rows:,} rows written" if self.rows is not None else "written"
+        if opts.upsert and self.rows is not None:
+            written += " (upsert: merged by key)"
+        batches = f" in {self.batches} micro-batches" if opts.incremental else ""
+        version = f", table version {self.version}" if self.version is not None else ""
+        return (f"export: done in {self.seconds:.1f} s: {read}{batches}, {written}: "
+                f"{opts.topic} to {opts.format} at {opts.out}{version}")  # fmt: skip
 
 
 def say(line: str) -> None:
@@ -87,9 +103,10 @@ def _incremental(
     for k, v in opts.source_options().items():
         reader = reader.option(k, v)
     stream = reader.load(opts.data_dir)
+    written: list[int] = []  # rows each micro-batch committed (delta)
     if opts.format == "delta":
         fn = sinks.foreach_batch_delta(
-            spark, opts, lambda d: source.decode(spark, d, opts, scratch), progress
+            spark, opts, lambda d: source.decode(spark, d, opts, scratch), progress, written
         )
         writer = stream.writeStream.foreachBatch(fn)
     else:
@@ -121,7 +138,11 @@ def _incremental(
             break
     if q.exception() is not None:
         raise q.exception()  # type: ignore[misc]
-    return ExportResult(rows, max(offsets, rows), seen, time.monotonic() - t0)
+    rows_written = sum(written) if opts.format == "delta" else rows
+    batches = sum(1 for p in q.recentProgress if int(p["numInputRows"]))
+    return ExportResult(
+        rows_written, max(offsets, rows), batches, time.monotonic() - t0, records=rows
+    )
 
 
 def _offsets(raw: Any) -> dict[int, int]:
@@ -163,8 +184,5 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_FAILED
     finally:
         spark.stop()
-    rows = f"{result.rows:,} rows" if result.rows is not None else f"{result.offsets:,} offsets"
-    version = f", table version {result.version}" if result.version is not None else ""
-    say(f"export: done in {result.seconds:.1f} s: {rows} of {opts.topic} to {opts.format} "
-        f"at {opts.out}{version}")  # fmt: skip
+    say(result.summary(opts))
     return EXIT_OK

@@ -265,9 +265,14 @@ def write_once(
 
 
 def foreach_batch_delta(
-    spark: SparkSession, opts: ExportOptions, decode: Callable[[Any], Any], say: Say
+    spark: SparkSession,
+    opts: ExportOptions,
+    decode: Callable[[Any], Any],
+    say: Say,
+    written: list[int],
 ) -> Callable[[Any, int], None]:
-    """The ``foreachBatch`` function of an incremental Delta export (exactly once)."""
+    """The ``foreachBatch`` function of an incremental Delta export (exactly once); the
+    rows each micro-batch commits are appended to ``written``."""
     app = app_id(opts)
 
     def run(df: Any, batch_id: int) -> None:
@@ -282,6 +287,7 @@ def foreach_batch_delta(
         else:
             w = delta_append(spark, decode(df), opts.out, (app, batch_id))
         crashpoints.hit("export.after_commit")
+        written.append(w.rows or 0)
         say(f"export: micro-batch {batch_id}: {w.rows:,} rows committed as table version "
             f"{w.version}")  # fmt: skip
 

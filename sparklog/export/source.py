@@ -16,8 +16,10 @@ consistent version.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -170,7 +172,8 @@ def decode(
             if flagged:  # a tombstone decodes to a null value
                 df = df.withColumn(DELETED, F.col("value").isNull())
             parsed = F.col("value")
-        vtype = df.limit(0).select(parsed.alias("v")).schema["v"].dataType  # analysed here
+        with _quiet_query_context():  # the error below says it in one line
+            vtype = df.limit(0).select(parsed.alias("v")).schema["v"].dataType  # analysed
     except (PySparkException, ValueError) as e:
         if isinstance(e, ExportUsageError):
             raise
@@ -186,3 +189,21 @@ def decode(
             f"--schema: the decoded fields {clash} clash with the Kafka columns of the export"
         )
     return df.select(*keep, parsed.alias("_value")).select(*keep, "_value.*")
+
+
+@contextlib.contextmanager
+def _quiet_query_context() -> Iterator[None]:
+    """PySpark logs every analysis error that has a query context, as a JSON ERROR line,
+    before it raises; while checking a user's ``--schema`` the caller reports it itself."""
+    from pyspark.logger import PySparkLogger
+
+    loggers = [PySparkLogger.getLogger(n) for n in
+               ("DataFrameQueryContextLogger", "SQLQueryContextLogger")]  # fmt: skip
+    before = [lg.disabled for lg in loggers]
+    for lg in loggers:
+        lg.disabled = True
+    try:
+        yield
+    finally:
+        for lg, was in zip(loggers, before, strict=True):
+            lg.disabled = was

@@ -32,9 +32,12 @@ def parse_host_port(value: str) -> tuple[str, int]:
 
 def parse_bootstrap(value: str) -> list[tuple[str, int]]:
     """Every ``HOST:PORT`` of a comma-separated ``bootstrap.servers`` list, in order."""
-    found = [parse_host_port(part) for part in value.split(",") if part.strip()]
+    try:
+        found = [parse_host_port(part) for part in value.split(",") if part.strip()]
+    except ValueError:
+        found = []
     if not found:
-        raise ValueError(f"bootstrap servers must list HOST:PORT, got {value!r}")
+        raise ValueError(f"bootstrap servers must be HOST:PORT[,HOST:PORT...], got {value!r}")
     return found
 
 

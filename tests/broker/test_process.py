@@ -98,3 +98,31 @@ def test_cli_needs_exactly_one_target(tmp_path: object) -> None:
     out = cli("topics", "list")
     assert out.returncode == 2
     assert "--bootstrap-server" in out.stderr
+
+
+def test_sigterm_with_clients_connected_logs_no_error(broker: BrokerProcess) -> None:
+    from confluent_kafka import Consumer
+
+    _produce(broker.bootstrap, "busy", 50)
+    consumers = []
+    for g in ("g1", "g2"):
+        c = Consumer(
+            {
+                "bootstrap.servers": broker.bootstrap,
+                "group.id": g,
+                "auto.offset.reset": "earliest",
+                "enable.auto.commit": False,
+                "socket.timeout.ms": 2000,
+            }
+        )  # fmt: skip  (closing after the broker)
+        c.subscribe(["busy"])
+        consumers.append(c)
+    try:
+        for _ in range(30):  # members joined and long-polling fetches in flight
+            for c in consumers:
+                c.poll(0.1)
+        assert broker.stop() == 0
+    finally:
+        for c in consumers:
+            c.close()
+    assert not [ln for ln in broker.lines if " ERROR " in ln or "Traceback" in ln], broker.lines

@@ -120,3 +120,8 @@ def test_alter_changes_and_resets_configs_offline(root: str) -> None:
     assert (config.cleanup_policy, config.retention_ms) == ("compact", 604_800_000)
     bad = run("topics", "alter", "orders", "--config", "retention.ms=soon", "--data-dir", root)
     assert bad.returncode == 2 and "retention.ms" in bad.stderr
+
+
+def test_a_bootstrap_server_without_a_port_names_the_option() -> None:
+    out = run("topics", "list", "--bootstrap-server", "127.0.0.1")
+    assert out.returncode == 2 and "--bootstrap-server" in out.stderr and "listen" not in out.stderr

@@ -352,6 +352,33 @@ def test_bad_schemas_and_topics_are_clear_errors(spark: Any, root: str, tmp_path
         run(spark, root, str(tmp_path / "full"), "--format", "parquet")
 
 
+def test_a_bad_schema_is_one_line_with_no_log_dump(
+    spark: Any, root: str, tmp_path: Path, capfd: Any
+) -> None:
+    fill(root)
+    capfd.readouterr()
+    with pytest.raises(ExportUsageError, match="not a valid json schema"):
+        run(spark, root, str(tmp_path / "x"), "--format", "parquet", "--decode", "json",
+            "--schema", "not a schema")  # fmt: skip
+    err = capfd.readouterr().err
+    assert "QueryContextLogger" not in err and '"level": "ERROR"' not in err, err
+
+
+def test_an_incremental_summary_tells_records_read_from_rows_written(
+    spark: Any, root: str, tmp_path: Path
+) -> None:
+    fill(root)
+    ck, out = str(tmp_path / "ck"), str(tmp_path / "lake")
+    opts = parse(["--topic", "t", "--data-dir", root, "--out", out, "--format", "delta",
+                  "--upsert", "--decode", "json", "--schema", "n INT", "--incremental",
+                  "--checkpoint", ck])  # fmt: skip
+    result = export(spark, opts, progress=lambda _line: None)
+    line = result.summary(opts)
+    assert f"{result.records} records read" in line and f"{result.rows} rows written" in line
+    assert result.rows == DeltaTable(out).to_pyarrow_table().num_rows  # one row per live key
+    assert result.records == 60 and result.rows < result.records, line
+
+
 def test_the_job_exits_1_with_one_line_on_data_loss(root: str, tmp_path: Path) -> None:
     fill(root)
     log = Storage(root).open_log("t", 0)

@@ -44,3 +44,8 @@ def test_the_broker_listens_on_a_listener() -> None:
     assert config.host_port == ("127.0.0.1", 0)
     with pytest.raises(ValueError, match="SSL"):
         BrokerConfig(listen="SSL://127.0.0.1:9093")
+
+
+def test_a_bootstrap_without_a_port_is_called_a_bootstrap_error() -> None:
+    with pytest.raises(ValueError, match=r"bootstrap servers must be HOST:PORT\[,HOST:PORT...\]"):
+        parse_bootstrap("127.0.0.1")
