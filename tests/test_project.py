@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 from pathlib import Path
 
@@ -29,6 +30,13 @@ def test_make_demo_runs_end_to_end_and_checks_its_own_report(tmp_path: Path) -> 
     for step in ("produced", "streamed", "compacted", "retention", "exported", "shutdown"):
         assert f"  {step} " in report, report
     assert "group lag" in report and "-> 0 records" in report
+    compacted = re.search(r"compacted +orders: ([\d,]+) -> ([\d,]+) records .*?then "
+                          r"([\d,]+) -> ([\d,]+) records", report)  # fmt: skip
+    assert compacted, report
+    first_in, first_out, second_in, second_out = (
+        int(g.replace(",", "")) for g in compacted.groups()
+    )
+    assert first_in <= 20_000 and first_out <= first_in and second_out <= second_in, report
     leases = Storage(str(tmp_path / "demo" / "broker")).leases
     with leases.acquire(DATA_DIR, "test"):  # the broker let go of its data
         pass
