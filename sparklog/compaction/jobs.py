@@ -93,9 +93,11 @@ def retention_main(argv: Sequence[str] | None = None) -> int:
         print(f"retention: FAILED: {describe_error(e)}", file=sys.stderr)
         return EXIT_FAILED
     deleted = sum(o.segments_deleted for o in report.outcomes)
+    held = sum(1 for o in report.outcomes if o.held)
     _say(
         f"retention: done in {report.seconds:.1f} s: {len(report.outcomes)} partitions, "
         f"{deleted} segments deleted"
+        + (f"; {held} partitions still hold what a limit wants gone (see above)" if held else "")
     )
     return EXIT_OK
 

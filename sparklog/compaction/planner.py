@@ -1,14 +1,19 @@
 """Pure planners of retention and compaction: manifests and topic configs in, plans out.
 
-No Spark, no I/O, no clock: callers pass ``now_ms``. Everything here only ever looks at
-*sealed* (``.parquet``) segments; the active segment and rolled segments still awaiting
-their seal (``.arrow``) belong to the broker and are never planned for deletion or rewrite.
+No Spark, no I/O, no clock: callers pass ``now_ms``. The active segment belongs to the
+broker and is never planned for deletion or rewrite.
 
-Retention (``plan_retention``, Kafka's ``deleteOldSegments``): delete the longest prefix of
-sealed segments in which every segment is (a) wholly below the log start offset (after
-DeleteRecords; any ``cleanup.policy``), or, for ``cleanup.policy`` with ``delete``,
-(b) older than ``retention.ms`` by its largest record timestamp, or (c) needed to bring
-the partition's size (every segment plus the active one) down to ``retention.bytes``.
+Retention (``plan_retention``, Kafka's ``deleteOldSegments``) considers every *rolled*
+segment, sealed (``.parquet``) or still awaiting its seal (``.arrow``): a rolled segment is
+as immutable as a sealed one, so retention never waits for the sealer (which skips, and
+never resurrects, a segment retention dropped; ``sparklog.storage.log``). It deletes the
+longest prefix of rolled segments in which every segment is (a) wholly below the log start
+offset (after DeleteRecords; any ``cleanup.policy``), or, for ``cleanup.policy`` with
+``delete``, (b) older than ``retention.ms`` by its largest record timestamp, or (c) needed
+to bring the partition's size down to ``retention.bytes``: the bytes of every segment
+file, sealed or not, plus the active segment's (its high-watermark position), as Kafka
+counts a log's size. ``RetentionPlan.held`` says what a limit wants gone that retention
+cannot delete, and why (the active segment; an expired segment behind a younger one).
 
 Compaction (``plan_compaction``, Kafka's cleaner):
 
@@ -65,11 +70,13 @@ REASON_BYTES = "retention.bytes"
 
 @dataclass(frozen=True)
 class RetentionPlan:
-    """The sealed segments retention deletes (a prefix of the log), and why."""
+    """The rolled segments retention deletes (a prefix of the log), why, and what it must
+    leave although a limit wants it gone (``held``, one sentence each)."""
 
     delete: tuple[SegmentInfo, ...]
     reasons: tuple[str, ...]
     log_start_offset: int
+    held: tuple[str, ...] = ()
 
     @property
     def bytes(self) -> int:
@@ -89,36 +96,57 @@ def _sealed_prefix(manifest: Manifest) -> list[SegmentInfo]:
     return out
 
 
+def _expired(seg: SegmentInfo, config: TopicConfig, now_ms: int) -> bool:
+    return config.retention_ms >= 0 and now_ms - seg.max_timestamp > config.retention_ms
+
+
 def plan_retention(
     manifest: Manifest, config: TopicConfig, *, now_ms: int, active_bytes: int = 0
 ) -> RetentionPlan:
     """What retention deletes now (see the module docstring). ``active_bytes`` is the size
     of the active segment (its high-watermark position), counted towards
     ``retention.bytes`` as Kafka counts it."""
-    prefix = _sealed_prefix(manifest)
+    rolled = list(manifest.segments[:-1])
     reasons: list[str] = []
-    total = sum(s.size_bytes for s in manifest.segments if not s.active) + active_bytes
+    total = sum(s.size_bytes for s in rolled) + active_bytes
     excess = total - config.retention_bytes if config.retention_bytes >= 0 else -1
-    for seg in prefix:
-        assert seg.next_offset is not None  # sealed segments are never open-ended
+    for seg in rolled:
+        assert seg.next_offset is not None  # rolled segments are never open-ended
         if seg.next_offset <= manifest.log_start_offset:
             reasons.append(REASON_LOG_START)
         elif not config.delete:
             break
-        elif config.retention_ms >= 0 and now_ms - seg.max_timestamp > config.retention_ms:
+        elif _expired(seg, config, now_ms):
             reasons.append(REASON_TIME)
         elif excess >= 0 and excess - seg.size_bytes >= 0:
             reasons.append(REASON_BYTES)
         else:
             break
         excess -= seg.size_bytes
-    delete = tuple(prefix[: len(reasons)])
+    delete = tuple(rolled[: len(reasons)])
     start = manifest.log_start_offset
     if delete:
         last = delete[-1].next_offset
         assert last is not None
         start = max(start, last)
-    return RetentionPlan(delete, tuple(reasons), start)
+    held: list[str] = []
+    if config.delete:
+        kept = rolled[len(delete) :]
+        if kept and any(_expired(s, config, now_ms) for s in kept[1:]):
+            n = sum(1 for s in kept[1:] if _expired(s, config, now_ms))
+            held.append(
+                f"{n} segment(s) past retention.ms wait behind {kept[0].name} (newest "
+                f"record at {kept[0].max_timestamp} ms, within retention.ms): retention "
+                f"deletes a prefix of the log, as Kafka does"
+            )
+        if not kept and 0 <= config.retention_bytes < active_bytes:
+            held.append(
+                f"the active segment alone holds {active_bytes:,} bytes, over retention.bytes "
+                f"({config.retention_bytes:,}): the active segment is never deleted; it goes "
+                f"once it rolls (segment.bytes {config.segment_bytes:,}, segment.ms "
+                f"{config.segment_ms:,})"
+            )
+    return RetentionPlan(delete, tuple(reasons), start, tuple(held))
 
 
 # ---------------------------------------------------------------------------- compaction

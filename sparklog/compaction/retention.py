@@ -1,5 +1,5 @@
-"""Retention: delete whole sealed segments past ``retention.ms`` / ``retention.bytes`` (or
-wholly below the log start offset) and advance the log start offset.
+"""Retention: delete whole rolled segments, sealed or not, past ``retention.ms`` /
+``retention.bytes`` (or wholly below the log start offset) and advance the log start offset.
 
 Retention reads no record and rewrites nothing: it is one manifest commit per partition, so
 it runs on the driver alone (the retention job starts no SparkSession). Per partition:
@@ -11,6 +11,9 @@ it runs on the driver alone (the retention job starts no SparkSession). Per part
    sealed meanwhile, a compaction swapped segments) simply re-plans: retention never
    conflicts.                               [retention.after_commit: after each
    partition's commit; partitions done so far have their new log start, the others the old]
+
+The outcome says what a limit wants gone that retention could not delete, and why
+(``RetentionPlan.held``: the active segment, or an expired segment behind a younger one).
 
 The job never deletes a file: the broker notices the new version (it watches manifests)
 and deletes the dropped segments after ``file.delete.delay.ms``; without a broker, the
@@ -46,19 +49,22 @@ class RetentionOutcome:
     log_start_after: int
     reasons: tuple[str, ...] = ()
     note: str = ""
+    held: tuple[str, ...] = ()
 
     def line(self) -> str:
         label = f"retention {self.topic}-{self.partition}"
         if self.note:
             return f"{label}: {self.note}"
         if not self.segments_deleted:
-            return f"{label}: nothing to delete (log start {self.log_start_after})"
-        why = ", ".join(dict.fromkeys(self.reasons))
-        return (
-            f"{label}: deleted {self.segments_deleted} segments ({self.records_deleted:,} "
-            f"records, {self.bytes_deleted / 1e6:,.1f} MB; {why}), "
-            f"log start {self.log_start_before} -> {self.log_start_after}"
-        )
+            done = f"{label}: nothing to delete (log start {self.log_start_after})"
+        else:
+            why = ", ".join(dict.fromkeys(self.reasons))
+            done = (
+                f"{label}: deleted {self.segments_deleted} segments ({self.records_deleted:,} "
+                f"records, {self.bytes_deleted / 1e6:,.1f} MB; {why}), "
+                f"log start {self.log_start_before} -> {self.log_start_after}"
+            )
+        return "; ".join([done, *(f"could not delete: {h}" for h in self.held)])
 
 
 @dataclass(frozen=True)
@@ -97,6 +103,7 @@ def apply_partition(
         before.log_start_offset,
         after.log_start_offset,
         plan.reasons,
+        held=plan.held,
     )
 
 

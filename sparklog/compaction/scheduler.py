@@ -1,23 +1,37 @@
-"""``sparklog scheduler --data-dir DIR``: runs the retention and compaction jobs on a schedule.
+"""``sparklog scheduler --data-dir DIR``: runs retention and the compaction jobs on a schedule.
 
 Every topic gets two checks, each on its own interval derived from the topic's configs
 (``intervals``) and clamped to ``[--min-interval, --max-interval]`` (defaults 15 s, Kafka's
 ``log.cleaner.backoff.ms``, and 300 s, Kafka's ``log.retention.check.interval.ms``):
 
-- retention, every ``retention.ms / 10``: runs ``spark-submit.sh retention --topic T`` when
-  the retention planner finds a segment to delete in some partition;
+- retention, every ``retention.ms / 10``, and every ``--min-interval`` when
+  ``retention.bytes`` is set (a size limit is crossed by writing, not by waiting);
 - compaction (topics whose ``cleanup.policy`` has ``compact``), every
   ``min(segment.ms, delete.retention.ms) / 10``: runs ``spark-submit.sh compaction
   --topic T`` when the compaction planner finds a partition worth cleaning.
 
-A check only reads manifests (the planners are pure), so a job - and its JVM - starts only
-when there is work. One job at a time per topic, at most ``--max-jobs`` at once. A job's
-output is logged line by line with its name. A failed job (non-zero exit) is logged and its
-check retried after a backoff (doubling from ``--min-interval`` up to the interval); exit
-status 3 (another job holds the topic, or an input changed) is retried at the next check.
-A check that raises (a corrupt manifest, say) is logged like a failed job. SIGTERM or
-SIGINT stops launching, sends SIGTERM to running jobs, waits for them (then SIGKILL after
-``--stop-timeout``), and exits 0.
+How work is ordered (every tick, twice a second), so that no job starves another:
+
+1. finished compaction jobs are reaped;
+2. every due retention check runs, the longest-due first, *in the scheduler's own process*:
+   retention is one manifest commit per partition (``sparklog.compaction.retention``), so it
+   needs no SparkSession, no JVM and no job slot, and it never waits behind compaction of
+   other topics. A topic whose compaction job is running is retained as soon as that job
+   ends (before the topic's next compaction: a retention commit would make the running
+   job's commit fail and its work be redone). A partition that still holds what a limit
+   wants gone after its turn is reported as a warning, with why;
+3. due compaction checks run longest-due first (so topics take turns: a topic that is
+   always dirty cannot keep the slots from the others), and start a job while fewer than
+   ``--max-jobs`` run. ``--max-jobs`` bounds the Spark jobs (JVMs) running at once; one
+   job at a time per topic.
+
+A check only reads manifests (the planners are pure), so a compaction job - and its JVM -
+starts only when there is work. A job's output is logged line by line with its name. A
+failed job (non-zero exit) is logged and its check retried after a backoff (doubling from
+``--min-interval`` up to the interval); exit status 3 (another job holds the topic, or an
+input changed) is retried at the next check. A check that raises (a corrupt manifest, say)
+is logged like a failed job. SIGTERM or SIGINT stops launching, sends SIGTERM to running
+jobs, waits for them (then SIGKILL after ``--stop-timeout``), and exits 0.
 
 Extra spark-submit options (``--spark-args "--master yarn --num-executors 4"``) go before
 the job name, so the same schedule drives a cluster.
@@ -38,6 +52,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from sparklog.compaction import planner
+from sparklog.compaction.retention import RetentionOutcome, apply_retention
 from sparklog.storage import Storage, checkpoints, names
 from sparklog.storage.config import TopicConfig
 from sparklog.storage.manifest import ManifestStore
@@ -49,6 +64,7 @@ COMPACTION = "compaction"
 EXIT_RETRY = 3
 DEFAULT_MIN_INTERVAL_S = 15.0
 DEFAULT_MAX_INTERVAL_S = 300.0
+RETAINED_KEPT = 1000
 
 
 def default_spark_submit() -> str:
@@ -72,7 +88,7 @@ def intervals(config: TopicConfig, *, min_s: float, max_s: float) -> Intervals:
         return min(max(ms / 1000, min_s), max_s)
 
     retention = clamp(config.retention_ms / 10) if config.retention_ms > 0 else max_s
-    if config.retention_ms == 0:
+    if config.retention_ms == 0 or config.retention_bytes >= 0:
         retention = min_s
     compaction = clamp(min(config.segment_ms, config.delete_retention_ms) / 10)
     return Intervals(retention, compaction)
@@ -146,6 +162,8 @@ class Scheduler:
         self._clock = clock
         self._checks: dict[tuple[str, str], _Check] = {}
         self._running: dict[str, _Running] = {}
+        #: the latest retention outcomes that changed or held something (newest last)
+        self.retained: list[RetentionOutcome] = []
 
     # ------------------------------------------------------------------ the loop
 
@@ -163,7 +181,8 @@ class Scheduler:
         log.info("sparklog scheduler stopped")
 
     def tick(self) -> None:
-        """Reap finished jobs, then start the checks that are due."""
+        """Reap finished jobs, run due retention, then start due compaction checks (the
+        order of the module docstring)."""
         self._reap()
         now = self._clock()
         try:
@@ -171,20 +190,51 @@ class Scheduler:
         except Exception as e:
             log.error("cannot list topics under %s: %s", self.storage.root, e)
             return
+        due: list[tuple[float, str, str, _Check]] = []
         for topic in topics:
             for job in (RETENTION, COMPACTION):
-                if len(self._running) >= self.max_jobs:
-                    return
-                if topic in self._running:
-                    break
                 check = self._checks.setdefault((topic, job), _Check(now))
                 if now >= check.due:
-                    self._check(topic, job, check, now)
+                    due.append((check.due, topic, job, check))
+        due.sort(key=lambda d: (d[2] != RETENTION, d[0], d[1]))
+        for _, topic, job, check in due:
+            if topic in self._running:
+                continue  # retention waits for the topic's job; a second job never starts
+            if job == RETENTION:
+                self._retain(topic, check, now)
+            elif len(self._running) < self.max_jobs:
+                self._check(topic, job, check, now)
 
     def _interval(self, topic: str, job: str) -> float:
         config = self.storage.topics.get(topic).config
         iv = intervals(config, min_s=self.min_s, max_s=self.max_s)
         return iv.retention_s if job == RETENTION else iv.compaction_s
+
+    def _retain(self, topic: str, check: _Check, now: float) -> None:
+        """Retention of ``topic`` in this process (step 2 of the module docstring)."""
+        try:
+            check.due = now + self._interval(topic, RETENTION)
+            report = apply_retention(self.storage.root, [topic])
+        except Exception as e:
+            check.failures += 1
+            check.due = now + self._backoff(check.failures, self.max_s)
+            log.error("retention of topic %s failed: %s", topic, e)
+            return
+        check.failures = 0
+        for outcome in report.outcomes:
+            self._report_retention(outcome)
+
+    def _report_retention(self, outcome: RetentionOutcome) -> None:
+        if outcome.segments_deleted:
+            log.info("[retention %s] %s", outcome.topic, outcome.line())
+        if outcome.held:
+            log.warning(
+                "topic %s partition %d is still over its limits after retention: %s",
+                outcome.topic, outcome.partition, "; ".join(outcome.held),
+            )  # fmt: skip
+        if outcome.segments_deleted or outcome.held:
+            self.retained.append(outcome)
+            del self.retained[:-RETAINED_KEPT]
 
     def _check(self, topic: str, job: str, check: _Check, now: float) -> None:
         try:

@@ -11,11 +11,17 @@ modules where they are hit). ``replace.*`` are the two steps of a segment swap c
 another process: the storage test runs a stand-in job that commits one
 (``transforms.Compact``) and hits them, to check how the log recovers from it.
 The variable is read once, at import; unset, ``hit`` is one comparison.
+
+Tests may also run code *at* a point in their own process (``hooked(name, fn)``): hold the
+sealer back (``seal.before_write``), or commit a competing change between two steps of
+another (retention dropping a segment while it is being sealed: ``seal.after_write``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import Callable, Iterator
 
 CRASH_EXIT_CODE = 77
 _TARGET = os.environ.get("SPARKLOG_CRASH_AT") or None
@@ -24,7 +30,9 @@ _TARGET = os.environ.get("SPARKLOG_CRASH_AT") or None
 POINTS = (
     "roll.after_new_file",
     "roll.after_commit",
+    "seal.before_write",
     "seal.after_write",
+    "seal.refused",
     "seal.after_commit",
     "replace.after_write",
     "replace.after_commit",
@@ -35,6 +43,25 @@ POINTS = (
 )
 
 
+_HOOKS: dict[str, Callable[[], None]] = {}
+
+
 def hit(name: str) -> None:
+    if _HOOKS:
+        hook = _HOOKS.get(name)
+        if hook is not None:
+            hook()
     if _TARGET is not None and name == _TARGET:
         os._exit(CRASH_EXIT_CODE)
+
+
+@contextlib.contextmanager
+def hooked(name: str, fn: Callable[[], None]) -> Iterator[None]:
+    """Run ``fn`` each time this process hits ``name``, inside the block (tests only)."""
+    if name in _HOOKS:
+        raise RuntimeError(f"crash point {name} is hooked already")
+    _HOOKS[name] = fn
+    try:
+        yield
+    finally:
+        del _HOOKS[name]

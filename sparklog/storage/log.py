@@ -17,10 +17,18 @@ Roll (crash points in brackets; what ``open`` does after a crash there):
   3. move the high watermark into B; snapshot the producer state (it covers A's end).
 Seal of a rolled segment A (``seal_pending``; after a roll triggered by ``append`` it runs on
 a background thread, ``roll()`` seals before returning):
+  0. skip A if the latest manifest no longer names it (retention dropped it: a rolled
+     segment is as deletable as a sealed one) or it lies wholly below the log start
+     offset (retention's to drop)           [seal.before_write: nothing written; the seal
+                                             is redone on open]
   1. write ``A.parquet`` + indexes, fsynced         [seal.after_write: orphan, deleted on open,
                                                      then the seal is redone]
   2. commit ``Seal``: A.arrow replaced by A.parquet [seal.after_commit: A.arrow is garbage,
                                                      deleted after file.delete.delay.ms]
+     If retention dropped A between 0 and 2, the commit is refused (``Seal`` replaces only a
+     live segment, so a dropped segment is never resurrected) and ``A.parquet``, which no
+     manifest ever named, is deleted       [seal.refused: the retention commit stands;
+                                             ``A.parquet`` is an orphan, deleted on open]
 Segment swaps of other processes (retention and compaction jobs commit ``DropSegments`` and
 ``Compact`` themselves) reach the log through ``refresh``.
 
@@ -46,6 +54,7 @@ from sparklog.errors import (
     LogClosedError,
     OffsetOutOfRangeError,
     RecordTooLargeError,
+    SegmentNotLiveError,
 )
 from sparklog.storage import checkpoints, crashpoints, gc, names, recovery, transforms
 from sparklog.storage.active import FILE_HEADER_SIZE, ActiveSegment
@@ -389,18 +398,45 @@ class PartitionLog:
             f.result()
 
     def seal_pending(self) -> list[str]:
-        """Seal every rolled segment into Parquet; returns the names of the new files."""
+        """Seal every rolled segment into Parquet (steps in the module docstring); returns
+        the names of the new files."""
         sealed = []
         with self._seal_lock:
             for info in self.refresh().unsealed_rolled:
-                sealed.append(self._seal(info))
+                name = self._seal(info)
+                if name is not None:
+                    sealed.append(name)
         return sealed
 
-    def _seal(self, info: SegmentInfo) -> str:
-        sealed = seal_rolled(self.fs, self.path, info, row_group_rows=self._row_group_rows)
+    def _still_to_seal(self, info: SegmentInfo) -> bool:
+        latest = self.refresh()
+        assert info.next_offset is not None
+        return latest.find(info.name) is not None and info.next_offset > latest.log_start_offset
+
+    def _seal(self, info: SegmentInfo) -> str | None:
+        crashpoints.hit("seal.before_write")
+        if not self._still_to_seal(info):
+            log.debug("%s: %s was dropped by retention before its seal", self.label, info.name)
+            return None
+        try:
+            sealed = seal_rolled(self.fs, self.path, info, row_group_rows=self._row_group_rows)
+        except FileNotFoundError:
+            if self._still_to_seal(info):
+                raise
+            return None  # dropped, and its file collected, while it was being read
         crashpoints.hit("seal.after_write")
-        with self._lock:
-            self._manifest = self._commit_fenced(transforms.Seal(info.name, sealed))
+        try:
+            with self._lock:
+                self._manifest = self._commit_fenced(transforms.Seal(info.name, sealed))
+        except SegmentNotLiveError:
+            crashpoints.hit("seal.refused")
+            for n in (sealed.name, names.offset_index_name(sealed.name),
+                      names.time_index_name(sealed.name)):  # fmt: skip
+                self.fs.delete(self.fs.join(self.path, n))
+            self.refresh()
+            log.info("%s: %s was dropped by retention while it was being sealed; its "
+                     "Parquet file is deleted", self.label, info.name)  # fmt: skip
+            return None
         crashpoints.hit("seal.after_commit")
         return sealed.name
 

@@ -4,7 +4,8 @@ Steps (each safe to redo: a crash during recovery is recovered by the next open)
 
 1. Delete temporary files (``.tmp-*``), orphan ``.arrow`` files past the active segment (a
    roll that never committed: only the writer makes them) and generation-0 Parquet files of
-   segments still awaiting their seal (a seal that never committed).
+   segments still awaiting their seal (a seal that never committed) or that no manifest
+   version ever named (a seal refused because retention dropped its segment).
 2. Walk the active segment's frames, checking magic, bounds, CRC and offset continuity;
    truncate at the first bad frame (the longest valid prefix survives) and rebuild its
    indexes. A truncation below the recovery point or below a surviving high-watermark
@@ -25,6 +26,7 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 
+from sparklog.errors import CorruptMetadataError
 from sparklog.storage import checkpoints, names
 from sparklog.storage.active import ActiveSegment
 from sparklog.storage.checkpoints import LogPosition
@@ -57,9 +59,23 @@ class Recovered:
     report: RecoveryReport
 
 
-def _delete_orphans(fs: FileSystem, path: str, manifest: Manifest, report: RecoveryReport) -> None:
+def _ever_named(store: ManifestStore) -> set[str]:
+    """Every segment name some present manifest version names."""
+    out: set[str] = set()
+    for v in store.files.versions():
+        try:
+            out |= store.read(v).names()
+        except (FileNotFoundError, CorruptMetadataError):
+            continue
+    return out
+
+
+def _delete_orphans(
+    fs: FileSystem, path: str, store: ManifestStore, manifest: Manifest, report: RecoveryReport
+) -> None:
     live = manifest.names()
     unsealed = {s.base_offset for s in manifest.unsealed_rolled}
+    named: set[str] | None = None
     for name in fs.listdir(path):
         seg = names.parse_segment_name(name)
         if seg is None or name in live:
@@ -69,7 +85,15 @@ def _delete_orphans(fs: FileSystem, path: str, manifest: Manifest, report: Recov
         orphan_arrow = (
             seg.kind == names.ACTIVE_KIND and seg.base_offset > manifest.active.base_offset
         )
+        # a generation-0 Parquet file is the writer's seal: of a segment still awaiting
+        # it (a seal that never committed), or one no manifest version ever named (a seal
+        # refused because retention dropped its segment meanwhile); a sealed file some
+        # older version names waits out file.delete.delay.ms in gc, for readers
         orphan_seal = seg.generation == 0 and seg.base_offset in unsealed
+        if not orphan_seal and seg.generation == 0 and seg.kind == names.SEALED_KIND:
+            if named is None:
+                named = _ever_named(store)
+            orphan_seal = name not in named
         if orphan_arrow or orphan_seal:
             for n in (name, names.offset_index_name(name), names.time_index_name(name)):
                 fs.delete(fs.join(path, n))
@@ -105,7 +129,7 @@ def recover(
         )
         ActiveSegment.create(fs, path, 0, config.index_interval_bytes)
         manifest = store.create_initial(Manifest(0, 0, (info,)))
-    _delete_orphans(fs, path, manifest, report)
+    _delete_orphans(fs, path, store, manifest, report)
     active, truncated = ActiveSegment.open(
         fs, path, manifest.active.base_offset, config.index_interval_bytes
     )

@@ -87,14 +87,53 @@ def test_retention_by_bytes_counts_the_active_segment_and_never_goes_below_the_l
     assert planner.plan_retention(m, cfg, now_ms=NOW, active_bytes=0).delete == ()
 
 
-def test_retention_never_deletes_the_active_or_an_unsealed_rolled_segment() -> None:
+def test_retention_deletes_rolled_segments_sealed_or_not_but_never_the_active_one() -> None:
+    """A rolled .arrow segment is as immutable as a sealed one: retention does not wait
+    for the sealer."""
     m = log(seg(0, 10), seg(10, 20, kind=names.ACTIVE_KIND), seg(20, 30), seg(30, None))
     plan = planner.plan_retention(m, config(retention_ms="0"), now_ms=NOW, active_bytes=10**9)
-    assert [s.base_offset for s in plan.delete] == [0]
+    assert [s.base_offset for s in plan.delete] == [0, 10, 20]
+    assert plan.log_start_offset == 30
     everything = planner.plan_retention(
         log(seg(0, None)), config(retention_ms="0", retention_bytes="0"), now_ms=NOW
     )
     assert everything.delete == ()
+
+
+def test_retention_bytes_counts_unsealed_rolled_segments_by_their_file_size() -> None:
+    m = log(
+        seg(0, 10, size=500, kind=names.ACTIVE_KIND),
+        seg(10, 20, size=500, kind=names.ACTIVE_KIND),
+        seg(20, None),
+    )
+    plan = planner.plan_retention(m, config(retention_bytes="600", retention_ms="-1"),
+                                  now_ms=NOW, active_bytes=100)  # fmt: skip
+    assert [s.base_offset for s in plan.delete] == [0]
+    assert plan.reasons == ("retention.bytes",) and plan.held == ()
+
+
+def test_plan_says_why_an_active_segment_over_retention_bytes_stays() -> None:
+    m = log(seg(0, 10, size=100), seg(10, None))
+    cfg = config(retention_bytes="1000", retention_ms="-1", segment_bytes="1000000")
+    plan = planner.plan_retention(m, cfg, now_ms=NOW, active_bytes=5000)
+    assert [s.base_offset for s in plan.delete] == [0]
+    (held,) = plan.held
+    assert "active segment alone holds 5,000 bytes" in held and "segment.bytes 1,000,000" in held
+    assert planner.plan_retention(m, cfg, now_ms=NOW, active_bytes=900).held == ()
+
+
+def test_plan_says_when_a_young_segment_holds_back_expired_ones() -> None:
+    m = log(seg(0, 10, max_ts=NOW), seg(10, 20, max_ts=NOW - 10_000), seg(20, None))
+    plan = planner.plan_retention(m, config(retention_ms="1000"), now_ms=NOW)
+    assert plan.delete == ()
+    (held,) = plan.held
+    assert "1 segment(s) past retention.ms wait behind" in held and names.segment_name(0) in held
+
+
+def test_nothing_is_held_on_a_compact_only_topic() -> None:
+    m = log(seg(0, 10, max_ts=NOW), seg(10, 20, max_ts=0), seg(20, None))
+    cfg = config(cleanup_policy="compact", retention_ms="1000", retention_bytes="1")
+    assert planner.plan_retention(m, cfg, now_ms=NOW, active_bytes=10**6).held == ()
 
 
 def test_retention_deletes_segments_below_a_log_start_moved_by_delete_records() -> None:

@@ -150,7 +150,7 @@ def test_scheduler_runs_the_jobs_survives_a_failing_one_and_stops_on_sigterm(
         reader.join(10)
     log = "\n".join(lines)
     assert code == 0, log
-    assert seen("retention of topic good done"), log
+    assert seen("[retention good] retention good-0: deleted"), log
     assert seen("[compaction bad] compaction: FAILED: CorruptSegmentError"), log
     assert seen("sparklog scheduler stopped"), log
     after = manifest(storage, 0, "good")
