@@ -1,7 +1,8 @@
 """spark-submit entry point: ``./spark-submit.sh retention [--topic T ...] [--data-dir DIR]``.
 
-Deletes whole sealed segments past retention.ms / retention.bytes and advances the log
-start offset (``sparklog.compaction.retention``); driver-only, it starts no SparkSession.
+Deletes whole rolled segments (sealed or not) past retention.ms / retention.bytes and
+advances the log start offset (``sparklog.compaction.retention``); driver-only, it starts
+no SparkSession.
 """
 
 from __future__ import annotations

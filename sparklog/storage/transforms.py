@@ -16,7 +16,8 @@ transform           committer   change
 ``Roll``            writer      the active segment gets its end; a new empty one becomes active
 ``Seal``            writer      a rolled ``.arrow`` segment is replaced by its Parquet file
 ``EpochChange``     writer      a new leader epoch; an epoch below the manifest's is refused
-``DeleteRecords``   writer      the log start offset advances (Kafka's DeleteRecords)
+``DeleteRecords``   writer      the log start offset advances (Kafka's DeleteRecords); rolled
+                                segments wholly below it are dropped
 ``DropSegments``    retention   a prefix of segments chosen on the latest version is dropped
 ``Compact``         compaction  a section is swapped for its rewritten segments; ``cleaned``
                                 marks (``manifest.updated_marks``) record when it was compacted
@@ -107,14 +108,21 @@ class EpochChange:
 
 @dataclass(frozen=True)
 class DeleteRecords:
-    """The log start offset moves up to ``before_offset`` (never down)."""
+    """The log start offset moves up to ``before_offset`` (never down), and the rolled
+    segments wholly below it, sealed or not, are dropped in the same version (their files
+    go after ``file.delete.delay.ms``; retention would drop them at its next run anyway)."""
 
     before_offset: int
 
     def __call__(self, m: Manifest) -> Manifest | None:
         if self.before_offset <= m.log_start_offset:
             return None
-        return dataclasses.replace(m, log_start_offset=self.before_offset)
+        below = [
+            s.name
+            for s in m.segments[:-1]
+            if s.next_offset is not None and s.next_offset <= self.before_offset
+        ]
+        return m.replace(below, [], log_start_offset=self.before_offset)
 
 
 @dataclass(frozen=True)

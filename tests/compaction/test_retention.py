@@ -3,7 +3,9 @@ start; what readers and the writer see afterwards; the job's command line."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
+import threading
 import time
 
 import pytest
@@ -11,9 +13,11 @@ import pytest
 from sparklog.compaction import jobs
 from sparklog.compaction.retention import apply_retention
 from sparklog.errors import OffsetOutOfRangeError
-from sparklog.storage import Storage, names
+from sparklog.storage import Storage, checkpoints, crashpoints, names
 from sparklog.storage.config import TopicConfig
 from sparklog.storage.log import PartitionLog
+from sparklog.storage.manifest import ManifestStore
+from sparklog.storage.records import make_records
 
 from .helpers import TOPIC, Model, append, manifest, read_all, segment_names
 
@@ -84,14 +88,28 @@ def test_retention_covers_every_partition_of_every_topic_by_default(root: str) -
     assert other.line() == "retention other-0: no log on disk yet"
 
 
-def test_segments_below_a_delete_records_log_start_go_even_on_a_compacted_topic(
+def test_delete_records_drops_the_segments_wholly_below_its_log_start_itself(
     root: str,
 ) -> None:
+    """On any cleanup.policy; retention then has nothing left to drop there."""
     storage = _storage(root, cleanup_policy="compact")
-    _three_segments(storage)
+    model = _three_segments(storage)
     log = storage.open_log(TOPIC, 0)
     log.delete_records(15)
     log.close()
+    assert manifest(storage).log_start_offset == 15
+    assert segment_names(storage)[0] == names.segment_name(10)
+    (outcome,) = apply_retention(root, [TOPIC], now_ms=NOW).outcomes
+    assert outcome.segments_deleted == 0
+    assert read_all(storage, start=15) == model.records[15:]
+
+
+def test_segments_below_a_log_start_go_even_on_a_compacted_topic(root: str) -> None:
+    """A log start moved without dropping segments (a manifest of an older writer)."""
+    storage = _storage(root, cleanup_policy="compact")
+    _three_segments(storage)
+    store = ManifestStore(storage.fs, names.partition_dir(storage.root, TOPIC, 0))
+    store.commit(lambda m: dataclasses.replace(m, log_start_offset=15))
     (outcome,) = apply_retention(root, [TOPIC], now_ms=NOW).outcomes
     assert outcome.segments_deleted == 1
     assert outcome.reasons == ("below the log start offset",)
@@ -178,3 +196,58 @@ def test_default_config_keeps_a_week(root: str) -> None:
     storage = _storage(root)
     _three_segments(storage)
     assert apply_retention(root, [TOPIC], now_ms=NOW).outcomes[0].segments_deleted == 0
+
+
+def test_retention_does_not_wait_for_the_sealer(
+    root: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The report's case: 64 KiB segments, retention.bytes 200000, 30,000 records, and the
+    job right away while the background sealer is held back: the rolled .arrow segments go,
+    and the sealer, released, seals only what is left."""
+    storage = _storage(root, segment_bytes="65536", retention_bytes="200000")
+    release = threading.Event()
+    log = storage.open_log(TOPIC, 0)
+    try:
+        with crashpoints.hooked("seal.before_write", lambda: release.wait(60)):
+            for i in range(30):
+                log.append(
+                    make_records(
+                        [b"%06d" % n + b"x" * 40 for n in range(i * 1000, i * 1000 + 1000)]
+                    )
+                )
+            before = manifest(storage)
+            assert len(before.unsealed_rolled) > 12, "the sealer was not held back"
+            assert jobs.retention_main(["--topic", TOPIC, "--data-dir", root]) == jobs.EXIT_OK
+            release.set()
+            log.wait_sealed()
+        after = log.refresh()
+        assert after.log_start_offset > 0
+        dropped = [s for s in before.unsealed_rolled if after.find(s.name) is None]
+        dropped = [s for s in dropped if s.next_offset <= after.log_start_offset]  # type: ignore[operator]
+        assert len(dropped) > 12
+        for seg in dropped:  # never sealed after all
+            assert not os.path.exists(os.path.join(log.path, names.segment_name(seg.base_offset)))
+        active = checkpoints.active_segment_bytes(log.fs, log.path, after.active.base_offset)
+        # the rule kept at least retention.bytes, counting .arrow files as they were
+        kept = [s for s in before.segments[:-1] if s not in dropped]
+        assert sum(s.size_bytes for s in kept) + active >= 200_000
+        assert after.unsealed_rolled == []
+        values = [
+            v for b in log.batches(after.log_start_offset) for v in b.column("value").to_pylist()
+        ]
+        assert [int(v[:6]) for v in values] == list(range(after.log_start_offset, 30_000))
+    finally:
+        release.set()
+        log.close()
+    out = capsys.readouterr().out
+    assert f"retention {TOPIC}-0: deleted {len(dropped)} segments" in out
+    assert "retention.bytes" in out
+
+
+def test_retention_says_what_it_could_not_delete_and_why(root: str) -> None:
+    storage = _storage(root, retention_ms="-1", retention_bytes="10")
+    _three_segments(storage)  # three rolled segments, 3 records in the active one
+    (outcome,) = apply_retention(root, [TOPIC], now_ms=NOW).outcomes
+    assert outcome.segments_deleted == 3
+    assert outcome.held and "active segment alone holds" in outcome.held[0]
+    assert "could not delete: the active segment alone holds" in outcome.line()
