@@ -14,13 +14,17 @@ The variable is read once, at import; unset, ``hit`` is one comparison.
 
 Tests may also run code *at* a point in their own process (``hooked(name, fn)``): hold the
 sealer back (``seal.before_write``), or commit a competing change between two steps of
-another (retention dropping a segment while it is being sealed: ``seal.after_write``).
+another (retention dropping a segment while it is being sealed: ``seal.after_write``). For
+a process they start (a broker), ``SPARKLOG_PAUSE_AT="point=ms[,point=ms]"`` makes each hit
+of a point sleep that long: ``seal.before_write=2000`` is a sealer that falls behind
+(bench/retention_soak.py). Neither is a setting for production.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import time
 from collections.abc import Callable, Iterator
 
 CRASH_EXIT_CODE = 77
@@ -46,7 +50,20 @@ POINTS = (
 _HOOKS: dict[str, Callable[[], None]] = {}
 
 
+def _pauses(spec: str) -> dict[str, float]:
+    out = {}
+    for item in filter(None, (p.strip() for p in spec.split(","))):
+        point, _, ms = item.partition("=")
+        out[point] = float(ms) / 1000
+    return out
+
+
+_PAUSES = _pauses(os.environ.get("SPARKLOG_PAUSE_AT", ""))
+
+
 def hit(name: str) -> None:
+    if _PAUSES and name in _PAUSES:
+        time.sleep(_PAUSES[name])
     if _HOOKS:
         hook = _HOOKS.get(name)
         if hook is not None:

@@ -234,3 +234,31 @@ def test_the_log_reopens_after_a_crash_at_seal_refused_without_the_orphan(
         assert again.recovery.deleted_orphans == []
     finally:
         again.close()
+
+
+def test_sparklog_pause_at_holds_a_child_s_sealer_back(tmp_path: Path) -> None:
+    """The environment form of the hook, for processes a test or benchmark starts."""
+    script = textwrap.dedent(
+        """
+        import sys, time
+        from sparklog.storage.config import TopicConfig
+        from sparklog.storage.fs.local import LocalFileSystem
+        from sparklog.storage.log import PartitionLog
+        from sparklog.storage.records import make_records
+
+        log = PartitionLog.open(LocalFileSystem(), sys.argv[1], "t", 0, TopicConfig())
+        log.append(make_records([b"a", b"b"]))
+        t0 = time.monotonic()
+        log.roll()  # seals before returning
+        print(round(time.monotonic() - t0, 3), len(log.manifest.unsealed_rolled))
+        log.close()
+        """
+    )
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "SPARKLOG_PAUSE_AT": "seal.before_write=400"}
+    proc = subprocess.run(
+        [sys.executable, "-c", script, str(tmp_path / "data")], env=env, cwd=REPO_ROOT,
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    took, unsealed = proc.stdout.split()
+    assert float(took) >= 0.4 and unsealed == "0"
