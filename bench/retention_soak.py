@@ -17,18 +17,20 @@ older commit, to compare side by side), on a fresh data dir:
   segment's high-watermark position) and the rolled segments still awaiting their seal
   (*backlog*).
 
-The bounds printed are what the design promises (docs/compaction.md), for the measured
-produce rate and the longest measured gap between two retention runs (which sets how far a
-partition can grow past its limit; ``--min-interval 1`` plus the scheduler's half-second
+The bounds printed are what the design promises (docs/compaction.md), for what the broker
+took in its busiest stretches (high watermarks sampled every 0.2 s, times the Arrow bytes
+per record) and the longest measured gap between two retention runs (which sets how far a
+partition can grow past its limit: ``--min-interval 1`` plus the scheduler's half-second
 tick, when the scheduler keeps up):
 
 - *live* <= partitions x (``retention.bytes`` + two segments: what the bytes rule keeps
-  beyond the limit, up to one segment, and the active segment) + rate x longest gap. Rolled
-  segments still awaiting their seal count in it: the sealer's backlog is bounded by
-  retention itself;
+  beyond the limit, up to one segment, and the active segment) + the most written in any
+  stretch as long as that gap. Rolled segments still awaiting their seal count in it: the
+  sealer's backlog is bounded by retention itself;
 - *disk* <= live bound + one segment per partition (the Parquet file being written next
-  to its ``.arrow``) + rate x (``file.delete.delay.ms`` + the broker's gc period + its
-  manifest refresh): dropped files wait that long for readers, as in Kafka.
+  to its ``.arrow``) + the most written in any stretch of ``file.delete.delay.ms`` + the
+  broker's gc period + its manifest refresh: dropped files wait that long for readers, as
+  in Kafka.
 
 Kafka's own peer figure (its retention checker, ``log.retention.check.interval.ms``) joins
 when the Kafka jars do (issue 14). ``--seal-pause-ms`` makes each seal of the broker wait
@@ -72,6 +74,7 @@ DELETE_DELAY_MS = 2000
 GC_INTERVAL_MS = 1000
 REFRESH_MS = 200
 TICK_S = 0.5
+SAMPLE_S = 0.2
 #: a scheduler log line saying retention ran (this tree's in-process runs that deleted
 #: something in a partition, or an older tree's retention job of a topic finishing)
 RETENTION_RAN = re.compile(
@@ -86,6 +89,8 @@ class Sample:
     live: int
     backlog_segments: int
     backlog_bytes: int
+    written: int  # records written so far: the partitions' high watermarks summed
+    arrow_bytes_per_record: float  # of the rolled .arrow segments in the manifests, or 0
 
 
 @dataclass
@@ -127,7 +132,8 @@ def _drain(proc: subprocess.Popen[str], lines: list[str], port: list[int]) -> th
 
 
 def _sample(storage: Storage, partitions: int) -> Sample:
-    disk = live = backlog_n = backlog_b = 0
+    disk = live = backlog_n = backlog_b = written = 0
+    arrow_bytes = arrow_records = 0
     for p in range(partitions):
         path = names.partition_dir(storage.root, TOPIC, p)
         for dirpath, _dirs, files in os.walk(path):
@@ -139,13 +145,28 @@ def _sample(storage: Storage, partitions: int) -> Sample:
             if m is None:
                 continue
             active = checkpoints.active_segment_bytes(storage.fs, path, m.active.base_offset)
+            hw = checkpoints.read_high_watermark(storage.fs, path)
         except Exception:
             continue  # a version being written or collected under the sampler: next sample
         live += sum(s.size_bytes for s in m.segments[:-1]) + active
         backlog = m.unsealed_rolled
         backlog_n += len(backlog)
         backlog_b += sum(s.size_bytes for s in backlog)
-    return Sample(time.monotonic(), disk, live, backlog_n, backlog_b)
+        written += hw.offset if hw is not None else 0
+        arrow_bytes += sum(s.size_bytes for s in backlog)
+        arrow_records += sum(s.records for s in backlog)
+    per_record = arrow_bytes / arrow_records if arrow_records else 0.0
+    return Sample(time.monotonic(), disk, live, backlog_n, backlog_b, written, per_record)
+
+
+def most_written(samples: list[Sample], seconds: float) -> int:
+    """The most records written in any ``seconds``-long stretch (sample to sample)."""
+    best, i = 0, 0
+    for s in samples:
+        while s.t - samples[i].t > seconds:
+            i += 1
+        best = max(best, s.written - samples[i].written)
+    return best
 
 
 def soak(tree: str, args: argparse.Namespace) -> Run:
@@ -189,7 +210,7 @@ def soak(tree: str, args: argparse.Namespace) -> Run:
             def sampler() -> None:
                 while not stop.is_set():
                     run.samples.append(_sample(storage, args.partitions))
-                    stop.wait(0.2)
+                    stop.wait(SAMPLE_S)
 
             sampling = threading.Thread(target=sampler, daemon=True)
             sampling.start()
@@ -255,12 +276,20 @@ def _at(line: str) -> float:
     return datetime.datetime.strptime(stamp, "%Y-%m-%d %H:%M:%S,%f").timestamp()
 
 
-def bounds(args: argparse.Namespace, rate: float, gap_s: float) -> tuple[int, int]:
-    """(live, disk): what the design promises (module docstring), for a measured produce
-    rate and the longest measured gap between two retention runs."""
-    live = args.partitions * (args.retention_bytes + 2 * args.segment_bytes) + rate * gap_s
-    garbage_s = (DELETE_DELAY_MS + GC_INTERVAL_MS + REFRESH_MS) / 1000
-    disk = live + args.partitions * args.segment_bytes + rate * garbage_s
+def bounds(args: argparse.Namespace, run: Run, gap_s: float) -> tuple[int, int]:
+    """(live, disk): what the design promises (module docstring), for the bytes the broker
+    took in its busiest stretches (the high watermarks sampled every 0.2 s, times the
+    Arrow bytes per record) and the longest measured gap between two retention runs."""
+    per_record = max((s.arrow_bytes_per_record for s in run.samples), default=0.0)
+    per_record = per_record or args.value_bytes
+    grown = most_written(run.samples, gap_s + SAMPLE_S) * per_record
+    live = args.partitions * (args.retention_bytes + 2 * args.segment_bytes) + grown
+    garbage_s = (DELETE_DELAY_MS + GC_INTERVAL_MS + REFRESH_MS) / 1000 + SAMPLE_S
+    disk = (
+        live
+        + args.partitions * args.segment_bytes
+        + most_written(run.samples, garbage_s) * per_record
+    )
     return int(live), int(disk)
 
 
@@ -292,7 +321,7 @@ def main() -> int:
     for r in runs:
         rate = r.produced_bytes / r.seconds
         gap = r.retention_gap_s or r.seconds  # no second run: the whole soak
-        live_bound, disk_bound = bounds(args, rate, gap)
+        live_bound, disk_bound = bounds(args, r, gap)
         figures = {
             "tree": r.tree,
             "produced_MB": r.produced_bytes / 1e6,

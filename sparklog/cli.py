@@ -349,7 +349,7 @@ def build_parser() -> argparse.ArgumentParser:
     start.add_argument("--node-id", type=int)
     start.set_defaults(func=_broker)
     sched = sub.add_parser(
-        "scheduler", help="run retention and compaction jobs on intervals from topic configs"
+        "scheduler", help="run retention and compaction on intervals from topic configs"
     )
     sched.add_argument("--data-dir", required=True, help="the storage root")
     sched.add_argument("--spark-submit", help="the spark-submit.sh to run (default: this one)")
@@ -358,7 +358,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sched.add_argument("--min-interval", type=float, default=15.0, metavar="SECONDS")
     sched.add_argument("--max-interval", type=float, default=300.0, metavar="SECONDS")
-    sched.add_argument("--max-jobs", type=int, default=2, help="jobs running at once")
+    sched.add_argument(
+        "--max-jobs", type=int, default=2,
+        help="compaction jobs (Spark) running at once; retention runs in the scheduler itself",
+    )  # fmt: skip
     sched.set_defaults(func=_scheduler)
     return parser
 

@@ -3,9 +3,16 @@ what compaction must keep, and reading a partition back (no test logic of their 
 
 from __future__ import annotations
 
+import os
 import random
-from collections.abc import Iterable, Sequence
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import pyarrow as pa
 
@@ -14,6 +21,7 @@ from sparklog.storage.manifest import Manifest, ManifestStore
 from sparklog.storage.records import make_records
 
 TOPIC = "t"
+REPO = Path(__file__).resolve().parents[2]
 
 Record = tuple[int, bytes | None, bytes | None, int]  # offset, key, value, timestamp
 
@@ -112,3 +120,49 @@ def manifest(storage: Storage, partition: int = 0, topic: str = TOPIC) -> Manife
     m = store.latest()
     assert m is not None
     return m
+
+
+class SchedulerProcess:
+    """``sparklog scheduler --data-dir DIR ARGS...`` as a child process of this checkout, its
+    log lines collected as they come (``lines``)."""
+
+    def __init__(self, data_dir: str, *args: str) -> None:
+        cmd = [sys.executable, "-m", "sparklog.cli", "scheduler", "--data-dir", data_dir, *args]
+        self.proc = subprocess.Popen(
+            cmd, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, cwd=REPO,
+            env={**os.environ, "PYTHONPATH": str(REPO)},
+        )  # fmt: skip
+        self.lines: list[str] = []
+        self._reader = threading.Thread(target=self._drain, daemon=True)
+        self._reader.start()
+
+    def _drain(self) -> None:
+        assert self.proc.stderr is not None
+        for line in self.proc.stderr:
+            self.lines.append(line.rstrip())
+
+    @property
+    def log(self) -> str:
+        return "\n".join(self.lines)
+
+    def seen(self, text: str) -> bool:
+        return any(text in ln for ln in list(self.lines))
+
+    def wait_for(self, done: Callable[[], bool], timeout: float) -> None:
+        """Poll ``done`` until true; fail (with the log) if the scheduler exits or time runs out."""
+        deadline = time.monotonic() + timeout
+        while not done():
+            assert self.proc.poll() is None, self.log
+            assert time.monotonic() < deadline, self.log
+            time.sleep(0.5)
+
+    def stop(self, timeout: float = 90) -> int:
+        """SIGTERM, then SIGKILL after ``timeout``; the exit status."""
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            code = self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            code = self.proc.wait()
+        self._reader.join(10)
+        return code

@@ -4,9 +4,6 @@ manifests, and a real scheduler process running real jobs through spark-submit.s
 from __future__ import annotations
 
 import os
-import signal
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -18,7 +15,7 @@ from sparklog.compaction.scheduler import COMPACTION, RETENTION, Scheduler, inte
 from sparklog.storage import Storage, names
 from sparklog.storage.config import TopicConfig
 
-from .helpers import Model, append, manifest
+from .helpers import Model, SchedulerProcess, append, manifest
 
 REPO = Path(__file__).resolve().parents[2]
 HOUR = 3600 * 1000
@@ -110,49 +107,22 @@ def test_scheduler_runs_the_jobs_survives_a_failing_one_and_stops_on_sigterm(
     model = Model()
     _append(storage, "good", model, [b"k0", b"k1", b"k0"], [b"a", b"b", b"c"], NOW)
     _append(storage, "good", model, [b"k1", b"k2", b"k1"], [b"d", b"e", b"f"], NOW)
-    cmd = [
-        sys.executable, "-m", "sparklog.cli", "scheduler", "--data-dir", data,
-        "--min-interval", "2", "--max-interval", "60", "--max-jobs", "2",
-    ]  # fmt: skip
-    proc = subprocess.Popen(
-        cmd, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, cwd=REPO,
-        env={**os.environ, "PYTHONPATH": str(REPO)},
-    )  # fmt: skip
-    lines: list[str] = []
-
-    def drain() -> None:
-        assert proc.stderr is not None
-        for line in proc.stderr:
-            lines.append(line.rstrip())
-
-    reader = threading.Thread(target=drain, daemon=True)
-    reader.start()
-
-    def seen(text: str) -> bool:
-        return any(text in ln for ln in list(lines))
-
+    sched = SchedulerProcess(data, "--min-interval", "2", "--max-interval", "60", "--max-jobs", "2")
     try:
-        deadline = time.monotonic() + 240
-        while not (
-            seen("compaction of topic good done") and seen("compaction of topic bad failed")
-        ):
-            assert proc.poll() is None, "\n".join(lines)
-            assert time.monotonic() < deadline, "\n".join(lines)
-            time.sleep(0.5)
-        assert proc.poll() is None  # it survived the failure
+        sched.wait_for(
+            lambda: (
+                sched.seen("compaction of topic good done")
+                and sched.seen("compaction of topic bad failed")
+            ),
+            240,
+        )
+        assert sched.proc.poll() is None  # it survived the failure
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            code = proc.wait(90)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            code = proc.wait()
-        reader.join(10)
-    log = "\n".join(lines)
-    assert code == 0, log
-    assert seen("[retention good] retention good-0: deleted"), log
-    assert seen("[compaction bad] compaction: FAILED: CorruptSegmentError"), log
-    assert seen("sparklog scheduler stopped"), log
+        code = sched.stop()
+    assert code == 0, sched.log
+    assert sched.seen("[retention good] retention good-0: deleted"), sched.log
+    assert sched.seen("[compaction bad] compaction: FAILED: CorruptSegmentError"), sched.log
+    assert sched.seen("sparklog scheduler stopped"), sched.log
     after = manifest(storage, 0, "good")
     assert after.log_start_offset == 12
     assert all(s.generation >= 1 for s in after.segments[:-1])

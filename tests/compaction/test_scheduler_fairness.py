@@ -14,11 +14,8 @@ from __future__ import annotations
 
 import datetime
 import itertools
-import os
 import re
 import stat
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -32,7 +29,7 @@ from sparklog.compaction.scheduler import Scheduler
 from sparklog.harness import BrokerProcess
 from sparklog.storage import Storage
 
-from .helpers import manifest
+from .helpers import SchedulerProcess, manifest
 
 REPO = Path(__file__).resolve().parents[2]
 CHANGELOG, EVENTS = "changelog", "events"
@@ -101,38 +98,21 @@ class Writer:
 def test_retention_runs_within_its_interval_while_an_always_dirty_topic_compacts(
     broker: BrokerProcess,
 ) -> None:
-    cmd = [
-        sys.executable, "-m", "sparklog.cli", "scheduler", "--data-dir", broker.data_dir,
-        "--min-interval", str(MIN_INTERVAL_S), "--max-interval", "30", "--max-jobs", "1",
-    ]  # fmt: skip
     writer = Writer(broker.bootstrap)
     writer.thread.start()
-    proc = subprocess.Popen(
-        cmd, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, cwd=REPO,
-        env={**os.environ, "PYTHONPATH": str(REPO)},
+    sched = SchedulerProcess(
+        broker.data_dir, "--min-interval", str(MIN_INTERVAL_S), "--max-interval", "30",
+        "--max-jobs", "1",
     )  # fmt: skip
-    lines: list[str] = []
-
-    def drain() -> None:
-        assert proc.stderr is not None
-        for line in proc.stderr:
-            lines.append(line.rstrip())
-
-    reader = threading.Thread(target=drain, daemon=True)
-    reader.start()
     try:
-        deadline = time.monotonic() + 240
-        while sum("compaction of topic changelog done" in ln for ln in list(lines)) < 2:
-            assert proc.poll() is None, "\n".join(lines)
-            assert time.monotonic() < deadline, "\n".join(lines)
-            time.sleep(0.5)
+        sched.wait_for(
+            lambda: sum("compaction of topic changelog done" in ln for ln in sched.lines) >= 2, 240
+        )
     finally:
         writer.stop.set()
         writer.thread.join(60)
-        proc.terminate()
-        proc.wait(90)
-        reader.join(10)
-    log = "\n".join(lines)
+        sched.stop()
+    lines, log = list(sched.lines), sched.log
     assert not writer.errors, writer.errors[:5]
     assert "compaction of topic events" not in log  # a delete-only topic is never compacted
     retained = [_at(ln) for ln in lines if f"[retention {EVENTS}]" in ln]

@@ -11,6 +11,7 @@ changing one is refused with INVALID_REQUEST naming the file.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 from kio.schema.errors import ErrorCode
@@ -240,24 +241,35 @@ def _unique_names(r: Any) -> list[str]:
     return names_
 
 
-async def alter_configs(ctx: RequestContext, header: Any, req: Any) -> dict[str, Any]:
+#: how one resource of an alter request changes its topic: (sets, deletes, replace)
+ConfigChange = Callable[[Any], tuple[dict[str, str], list[str], bool]]
+
+
+def _alter_each(ctx: RequestContext, req: Any, change: ConfigChange) -> dict[str, Any]:
+    """Apply ``change`` to every resource of an (Incremental)AlterConfigs request, one
+    error entry per resource."""
     out = []
     for r in req.resources:
         entry = _alter_entry(r)
         if not _refuse_non_topic(r, entry):
             try:
                 _unique_names(r)
+                sets, deletes, replace = change(r)
                 ctx.manager.alter_configs(
-                    r.resource_name,
-                    {c.name: c.value for c in r.configs if c.value is not None},
-                    [],
-                    replace=True,
-                    validate_only=bool(req.validate_only),
-                )
+                    r.resource_name, sets, deletes,
+                    replace=replace, validate_only=bool(req.validate_only),
+                )  # fmt: skip
             except (SparkLogError, ValueError) as e:
                 entry.update(error_code=error_code(e), error_message=str(e))
         out.append(entry)
     return {"throttle_time": 0, "responses": out}
+
+
+async def alter_configs(ctx: RequestContext, header: Any, req: Any) -> dict[str, Any]:
+    """AlterConfigs: the given configs replace the topic's (absent ones return to defaults)."""
+    return _alter_each(
+        ctx, req, lambda r: ({c.name: c.value for c in r.configs if c.value is not None}, [], True)
+    )
 
 
 def _incremental(meta: TopicMeta, ops: Any) -> tuple[dict[str, str], list[str]]:
@@ -294,24 +306,13 @@ def _incremental(meta: TopicMeta, ops: Any) -> tuple[dict[str, str], list[str]]:
 
 
 async def incremental_alter_configs(ctx: RequestContext, header: Any, req: Any) -> dict[str, Any]:
-    out = []
-    for r in req.resources:
-        entry = _alter_entry(r)
-        if not _refuse_non_topic(r, entry):
-            try:
-                _unique_names(r)
-                sets, deletes = _incremental(ctx.manager.topic(r.resource_name), r.configs)
-                ctx.manager.alter_configs(
-                    r.resource_name,
-                    sets,
-                    deletes,
-                    replace=False,
-                    validate_only=bool(req.validate_only),
-                )
-            except (SparkLogError, ValueError) as e:
-                entry.update(error_code=error_code(e), error_message=str(e))
-        out.append(entry)
-    return {"throttle_time": 0, "responses": out}
+    """IncrementalAlterConfigs: SET, DELETE, APPEND, SUBTRACT on the topic's configs."""
+
+    def change(r: Any) -> tuple[dict[str, str], list[str], bool]:
+        sets, deletes = _incremental(ctx.manager.topic(r.resource_name), r.configs)
+        return sets, deletes, False
+
+    return _alter_each(ctx, req, change)
 
 
 async def init_producer_id(ctx: RequestContext, header: Any, req: Any) -> dict[str, Any]:
