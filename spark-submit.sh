@@ -42,5 +42,11 @@ export PYSPARK_DRIVER_PYTHON=${PYSPARK_DRIVER_PYTHON:-$VENV/bin/python}
 export SPARK_LOCAL_IP=${SPARK_LOCAL_IP:-127.0.0.1}
 export SPARK_CONF_DIR=${SPARK_CONF_DIR:-$here/conf}
 export PYTHONPATH="$here${PYTHONPATH:+:$PYTHONPATH}"
+# Spark's Kafka connector and delta-spark, fetched by `make setup` (docs/jvm.md); a --jars
+# among the options above replaces this list.
+jars=()
+if compgen -G "$here/.jars/spark/*.jar" >/dev/null; then
+  jars=(--jars "$(printf '%s,' "$here"/.jars/spark/*.jar | sed 's/,$//')")
+fi
 exec "$VENV/bin/spark-submit" --properties-file "$SPARK_CONF_DIR/spark-defaults.conf" \
-  "${spark_args[@]}" "$here/jobs/$job.py" "$@"
+  "${jars[@]}" "${spark_args[@]}" "$here/jobs/$job.py" "$@"

@@ -32,4 +32,11 @@ if [ ! -x "$VENV/bin/python" ]; then
 fi
 "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check --upgrade pip
 "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check -e ".[dev]"
+# The JVM jars (Spark's Kafka connector, delta-spark, Apache Kafka) with Maven: docs/jvm.md.
+# Exit 3 means java or mvn is missing outside CI: the tests that need them are skipped.
+status=0
+"$VENV/bin/python" "$(dirname "$0")/jars.py" || status=$?
+if [ "$status" -ne 0 ] && [ "$status" -ne 3 ]; then
+  exit "$status"
+fi
 echo "sparklog: environment ready in $VENV"

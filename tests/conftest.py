@@ -1,4 +1,7 @@
-"""Shared fixtures: a fresh storage root per test, one local SparkSession per run."""
+"""Shared fixtures: a fresh storage root per test, one local SparkSession per run (with the
+Maven-fetched Spark jars: Spark's Kafka connector, delta-spark), and the ``jvm`` marker: a
+test that needs those jars is skipped, naming what is missing, where they are not fetched -
+and fails instead in CI (``CI`` set), where a missing jar must never pass as a skip."""
 
 from __future__ import annotations
 
@@ -9,7 +12,20 @@ from pathlib import Path
 
 import pytest
 
+from sparklog.jars import JarsMissingError, jars, spark_jars_conf
 from sparklog.storage.fs.local import LocalFileSystem
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    if item.get_closest_marker("jvm") is None:
+        return
+    try:
+        jars("spark")
+        jars("kafka")
+    except JarsMissingError as e:
+        if os.environ.get("CI"):
+            pytest.fail(f"CI must have the JVM jars: {e}")
+        pytest.skip(str(e))
 
 
 @pytest.fixture
@@ -31,8 +47,11 @@ def spark() -> Iterator[object]:
 
     from sparklog.spark import CHECKPOINT_FILE_MANAGER_CONF, LOCAL_CHECKPOINT_FILE_MANAGER
 
+    builder = SparkSession.builder
+    if spark_jars_conf():
+        builder = builder.config("spark.jars", spark_jars_conf())
     session = (
-        SparkSession.builder.master("local[2]")
+        builder.master("local[2]")
         .appName("sparklog-tests")
         .config("spark.ui.enabled", "false")
         .config("spark.sql.shuffle.partitions", "2")

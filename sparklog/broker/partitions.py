@@ -56,13 +56,30 @@ class PartitionManager:
     # ------------------------------------------------------------------ topics
 
     def topics(self) -> dict[str, TopicMeta]:
+        """Every topic, those created in the data dir by another process (``sparklog topics
+        create --data-dir``) since this broker started included."""
+        for name in self.storage.topics.list():
+            if name not in self._topics:
+                self._adopt(name)
         return dict(self._topics)
 
     def topic(self, name: str) -> TopicMeta:
         names.validate_topic_name(name)
         meta = self._topics.get(name)
         if meta is None:
+            meta = self._adopt(name)
+        if meta is None:
             raise UnknownTopicError(f"topic {name!r} does not exist")
+        return meta
+
+    def _adopt(self, name: str) -> TopicMeta | None:
+        """A topic another process created in the data dir, now known to this broker."""
+        try:
+            meta = self.storage.topics.get(name)
+        except UnknownTopicError:
+            return None
+        log.info("topic %s was created in the data dir by another process", name)
+        self._topics[name] = meta
         return meta
 
     def create_topic(

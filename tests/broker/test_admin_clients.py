@@ -423,3 +423,21 @@ def test_cli_alters_a_topic_through_the_broker(broker: BrokerProcess) -> None:
     assert out.returncode == 0, out.stderr
     configs = ConfluentAdmin().describe_configs(broker.bootstrap, "orders")
     assert (configs["cleanup.policy"], configs["retention.ms"]) == ("compact", "1000")
+
+
+def test_a_topic_created_in_the_data_dir_while_the_broker_runs_is_served(
+    broker: BrokerProcess,
+) -> None:
+    """``sparklog topics create --data-dir`` (another process) while the broker runs: the
+    broker's Metadata and Produce see the topic, as Java clients expect (they would try to
+    create it, and fail with TOPIC_ALREADY_EXISTS)."""
+    from confluent_kafka import Producer
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    admin.list_topics(timeout=10)  # the broker has answered Metadata before the topic exists
+    Storage(broker.data_dir).topics.create("offline", 3, {})
+    assert len(admin.list_topics(timeout=10).topics["offline"].partitions) == 3
+    p = Producer({"bootstrap.servers": broker.bootstrap, "allow.auto.create.topics": False})
+    p.produce("offline", b"v", b"k")
+    assert p.flush(10) == 0
