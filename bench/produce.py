@@ -135,6 +135,9 @@ def create_topic(bootstrap: str, name: str, partitions: int, configs: dict[str, 
 
 # ---------------------------------------------------------------------------- broker run
 
+#: the Apache Kafka peer runs: (label, log.flush.interval.messages or None for the default)
+KAFKA_FLAVOURS = (("Apache Kafka 4.3.1", None), ("Apache Kafka 4.3.1, flush.messages=1", 1))
+
 
 @dataclass
 class ProduceRun:
@@ -423,6 +426,23 @@ def broker_run(
         return run, wire, idle, summary
 
 
+def kafka_run(
+    args: argparse.Namespace, work: Workload, tmp: str, *, flush_messages: int | None
+) -> ProduceRun:
+    """The same workload against Apache Kafka 4.3.1 (KRaft, one node) in a fresh log dir:
+    its default flush policy (the page cache; replication is Kafka's durability), or
+    ``flush.messages=1`` (an fsync before each ack, as sparklog's acks)."""
+    from _kafka import KafkaServer
+
+    os.sync()
+    with (
+        temp_dir("kafka-data-", tmp) as work_dir,
+        KafkaServer(work_dir, flush_messages=flush_messages) as kafka,
+    ):
+        create_topic(kafka.bootstrap, TOPIC, args.partitions, {})
+        return produce_records(kafka, TOPIC, args.records, work, args)  # type: ignore[arg-type]
+
+
 # ---------------------------------------------------------------------------- report
 
 
@@ -448,6 +468,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--tmp-dir", default=None, help="where temp dirs go (default: /tmp)")
     p.add_argument("--profile", metavar="PATH", help="extra run with py-spy; stacks to PATH")
     p.add_argument("--profile-rate", type=int, default=100)
+    p.add_argument(
+        "--no-kafka", action="store_true",
+        help="skip the Apache Kafka peer runs (they need the jars of `make setup`)",
+    )  # fmt: skip
     p.add_argument(
         "--wait-quiet",
         type=float,
@@ -483,6 +507,7 @@ def main(argv: list[str] | None = None) -> int:
     wire: list[bytes] = []
     idle: list[float] = []
     profile_text = ""
+    kafka_runs: dict[str, list[ProduceRun]] = {}
     with temp_dir("sparklog-bench-produce-", args.tmp_dir) as tmp:
         for r in range(repeat):
             run, got, probe, _ = broker_run(
@@ -497,6 +522,14 @@ def main(argv: list[str] | None = None) -> int:
             disk_s.append(run_disk(b"".join(wire), tmp))
             wait_for_quiet(args.wait_quiet)
             cpu_s.append(run_cpu(wire, args.records))
+            if not args.no_kafka:
+                for label, flush in KAFKA_FLAVOURS:
+                    wait_for_quiet(args.wait_quiet)
+                    krun = kafka_run(args, work, tmp, flush_messages=flush)
+                    kafka_runs.setdefault(label, []).append(krun)
+                    print(f"  run {r + 1}/{repeat}: {label} {_rate(krun.records_per_s)} rec/s "
+                          f"({krun.seconds:.2f} s, broker CPU {krun.broker_cpu:.1f} s)",
+                          flush=True)  # fmt: skip
             print(
                 f"  run {r + 1}/{repeat}: broker {_rate(run.records_per_s)} rec/s "
                 f"({run.seconds:.2f} s, client CPU {run.client_cpu:.1f} s, broker CPU "
@@ -545,10 +578,24 @@ def main(argv: list[str] | None = None) -> int:
             f"{cpu / n * 1e6:.2f}",
         ],
     ]
+    for label, kruns in kafka_runs.items():
+        k = sorted(kruns, key=lambda x: x.seconds)[len(kruns) // 2]
+        rows.append([
+            f"{label} (confluent-kafka, acks=all)", _rate(k.records_per_s),
+            f"{k.mb_per_s:,.1f}", f"{k.seconds:.2f}", f"{k.broker_cpu / n * 1e6:.2f}",
+        ])  # fmt: skip
     print()
     print(f"Summary (median of {repeat}; {n:,} records, {wire_bytes / MB:,.1f} MB of batches)")
     print(fmt_table(["", "records/s", "MB/s", "seconds", "CPU us/rec"], rows))
     print()
+    for label, kruns in kafka_runs.items():
+        k = sorted(kruns, key=lambda x: x.seconds)[len(kruns) // 2]
+        lat_k = sorted(k.latencies)
+        print(
+            f"  sparklog / {label}: records/s {med_run.records_per_s / k.records_per_s:.3f}, "
+            f"broker CPU per record {med_run.broker_cpu / k.broker_cpu:.3f}; ack p50/p99 "
+            f"{_ms(percentile(lat_k, 0.5))}/{_ms(percentile(lat_k, 0.99))} ms"
+        )
     ratio_b = med_run.records_per_s / (n / cpu)
     print(f"  broker / (a) disk     {med_run.records_per_s / (n / disk):.3f}")
     verdict = "met" if ratio_b >= CPU_TARGET else "NOT met"

@@ -13,7 +13,9 @@ supports (by vote), keeps or picks the leader, and answers every pending join: t
 gets the members and their metadata. Sync: the leader's SyncGroup carries every member's
 assignment; followers wait for it. Static members (``group.instance.id``) keep their
 instance across restarts; a newer member id for the same instance fences the older one
-(FENCED_INSTANCE_ID).
+(FENCED_INSTANCE_ID). A static member that restarts (no member id, a known instance) into a
+Stable group with an unchanged subscription takes its old place and assignment with no
+rebalance (KIP-345); a returning leader is told to skip the assignment (KIP-814).
 
 Offset commits are checked as Kafka checks them: a commit with generation -1 and no member
 id (a standalone client, a Spark query, an admin reset) is accepted only while the group
@@ -181,6 +183,9 @@ class GroupCoordinator:
                 )
             if not member_id:
                 member_id = f"{req.group_instance_id}-{uuid.uuid4()}"
+                if self._unchanged_static_rejoin(group, old, req):
+                    assert old is not None
+                    return self._replace_static_member(group, old, member_id, req)
                 if old is not None and old in group.members:
                     # a restarted static member takes over its old place
                     prev = group.members.pop(old)
@@ -223,6 +228,54 @@ class GroupCoordinator:
         self._prepare_rebalance(group, f"member {member_id} joined")
         self._maybe_complete(group)
         return await fut
+
+    def _unchanged_static_rejoin(self, group: Group, old: str | None, req: JoinRequest) -> bool:
+        """A static member restarting (a new member id for a known instance) into a Stable
+        group with the same subscription: Kafka's coordinator (KIP-345) hands it its old
+        place and assignment with no rebalance."""
+        if old is None or group.state != State.STABLE or old not in group.members:
+            return False
+        proto = group.protocol_name or ""
+        prev = group.members[old]
+        return dict(req.protocols).get(proto) == prev.metadata_for(proto)
+
+    def _replace_static_member(
+        self, group: Group, old: str, member_id: str, req: JoinRequest
+    ) -> dict[str, Any]:
+        prev = group.members.pop(old)
+        self._fail(prev, FencedInstanceIdError(
+            f"instance {req.group_instance_id!r} rejoined as {member_id!r}"
+        ))  # fmt: skip
+        member = Member(
+            member_id, req.group_instance_id, req.client_id, req.client_host,
+            req.session_timeout_ms, req.rebalance_timeout_ms, req.protocol_type,
+            list(req.protocols), assignment=prev.assignment,
+        )  # fmt: skip
+        group.members[member_id] = member
+        assert req.group_instance_id is not None
+        group.static[req.group_instance_id] = member_id
+        leader = group.leader_id == old
+        if leader:
+            group.leader_id = member_id
+        log.info("group %s: static member %s is back as %s (generation %d, no rebalance)",
+                 group.group_id, req.group_instance_id, member_id, group.generation)  # fmt: skip
+        return {
+            "throttle_time": 0,
+            "error_code": ErrorCode.none,
+            "generation_id": group.generation,
+            "protocol_type": group.protocol_type,
+            "protocol_name": group.protocol_name,
+            "leader": group.leader_id,
+            # a returning leader learns the members but keeps the current assignment
+            # (KIP-814); its SyncGroup in the Stable group returns what it had
+            "skip_assignment": leader,
+            "member_id": member_id,
+            "members": [
+                {"member_id": m.member_id, "group_instance_id": m.group_instance_id,
+                 "metadata": m.metadata_for(group.protocol_name or "")}
+                for m in group.members.values()
+            ] if leader else [],
+        }  # fmt: skip
 
     def _join_error(self, code: ErrorCode, member_id: str = "") -> dict[str, Any]:
         return {

@@ -214,8 +214,15 @@ def test_micro_batches_over_a_topic_kafka_clients_produce_to(spark: Any, tmp_pat
         second = _run_values(spark, broker.data_dir, ck, **opts)  # restart from checkpoint
         got = [v for b in first + second for v in b]
         assert sorted(got) == sorted(b"v%d" % i for i in range(45))  # no loss, no duplicate
-        with KafkaClient(broker.bootstrap) as c:  # what `sparklog groups describe` shows
-            rows = kc.describe_group(c, "lagging", int(time.time() * 1000))["partitions"]
+        # what `sparklog groups describe` shows, once the listener heard of the last batch
+        # (Spark delivers progress events to listeners asynchronously)
+        deadline = time.monotonic() + 30
+        while True:
+            with KafkaClient(broker.bootstrap) as c:
+                rows = kc.describe_group(c, "lagging", int(time.time() * 1000))["partitions"]
+            if sum(r["committed_offset"] for r in rows) == 45 or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
         assert sum(r["committed_offset"] for r in rows) == 45
         assert all(r["lag"] == 0 and r["lag_seconds"] == 0 for r in rows)
     finally:

@@ -6,12 +6,18 @@ idempotent; a group reading every acknowledged record exactly once)."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+import shutil
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from sparklog.harness import BrokerProcess
+from sparklog.jars import kafka_classpath
 
 from .tools import (
     CONFIG_COMMAND,
@@ -156,3 +162,176 @@ def test_verifiable_producer_and_consumer_group_read_every_ack_exactly_once(
             seen += [(p["partition"], o) for o in range(p["minOffset"], p["maxOffset"] + 1)]
     assert len(seen) == len(set(seen)) == n
     assert set(seen) == acked
+
+
+def _verifiable_produce(
+    broker: BrokerProcess, tmp_path: Path, topic: str, n: int, **configs: str
+) -> set[tuple[int, int]]:
+    conf = tmp_path / f"{topic}-producer.properties"
+    conf.write_text("".join(f"{k}={v}\n" for k, v in configs.items()))
+    out = kafka_tool(VERIFIABLE_PRODUCER, *_bs(broker), "--topic", topic, "--max-messages",
+                     str(n), "--acks", "-1", "--command-config", str(conf)).stdout  # fmt: skip
+    acked = {
+        (int(e["partition"]), int(e["offset"]))  # type: ignore[call-overload]
+        for e in _events(out)
+        if e.get("name") == "producer_send_success"
+    }
+    assert len(acked) == n
+    return acked
+
+
+def _consumed(events: list[dict[str, object]]) -> list[tuple[int, int]]:
+    seen: list[tuple[int, int]] = []
+    for e in events:
+        if e.get("name") != "records_consumed":
+            continue
+        for p in e["partitions"]:  # type: ignore[attr-defined]
+            assert p["count"] == p["maxOffset"] - p["minOffset"] + 1
+            seen += [(p["partition"], o) for o in range(p["minOffset"], p["maxOffset"] + 1)]
+    return seen
+
+
+@pytest.mark.parametrize("codec", ["gzip", "snappy", "lz4", "zstd"])
+def test_java_producer_and_consumer_with_every_codec(
+    broker: BrokerProcess, tmp_path: Path, codec: str
+) -> None:
+    topic = f"codec-{codec}"
+    kafka_tool(TOPIC_COMMAND, *_bs(broker), "--create", "--topic", topic, "--partitions", "2")
+    acked = _verifiable_produce(broker, tmp_path, topic, 1000, **{
+        "compression.type": codec, "enable.idempotence": "true", "retries": "2147483647",
+        "linger.ms": "10",
+    })  # fmt: skip
+    out = kafka_tool(VERIFIABLE_CONSUMER, *_bs(broker), "--topic", topic, "--group-id",
+                     f"g-{codec}", "--max-messages", "1000", "--reset-policy", "earliest",
+                     timeout=180).stdout  # fmt: skip
+    seen = _consumed(_events(out))
+    assert len(seen) == len(set(seen)) and set(seen) == acked
+
+
+def test_the_new_consumer_group_protocol_gets_a_clear_error(broker: BrokerProcess) -> None:
+    """KIP-848's ConsumerGroupHeartbeat is not served (docs/jvm.md): a Java consumer with
+    group.protocol=consumer is told to use the classic protocol, and consumes nothing."""
+    kafka_tool(TOPIC_COMMAND, *_bs(broker), "--create", "--topic", "kip848", "--partitions", "1")
+    proc = kafka_tool(VERIFIABLE_CONSUMER, *_bs(broker), "--topic", "kip848", "--group-id",
+                      "new-protocol", "--group-protocol", "consumer", "--max-messages", "1",
+                      timeout=60, check=False)  # fmt: skip
+    assert "does not support the new CONSUMER group protocol" in proc.stderr
+    assert "group.protocol=classic" in proc.stderr
+    assert not _consumed(_events(proc.stdout))
+
+
+class Member:
+    """A VerifiableConsumer running in the background; its JSON events as they come."""
+
+    def __init__(self, broker: BrokerProcess, topic: str, group: str, *args: str) -> None:
+        cmd = [
+            shutil.which("java") or "java", "-Xmx256m", "-cp", kafka_classpath(),
+            VERIFIABLE_CONSUMER, *_bs(broker), "--topic", topic, "--group-id", group,
+            "--reset-policy", "earliest", *args,
+        ]  # fmt: skip
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                     stdin=subprocess.DEVNULL, text=True)  # fmt: skip
+        self.events: list[dict[str, Any]] = []
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            if line.startswith("{"):
+                self.events.append(json.loads(line))
+
+    def assignment(self) -> set[int] | None:
+        """The partitions of the latest assignment event (None before the first)."""
+        owned: set[int] | None = None
+        for e in list(self.events):
+            parts = {p["partition"] for p in e.get("partitions", [])}
+            if e["name"] == "partitions_assigned":
+                owned = (owned or set()) | parts
+            elif e["name"] == "partitions_revoked" and owned is not None:
+                owned -= parts
+        return owned
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self._reader.join(10)
+
+
+def _wait(cond: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.2)
+
+
+@pytest.mark.parametrize(
+    "assignor",
+    ["org.apache.kafka.clients.consumer.RangeAssignor",
+     "org.apache.kafka.clients.consumer.CooperativeStickyAssignor"],
+)  # fmt: skip
+def test_java_consumer_group_splits_partitions_and_reads_each_record_once(
+    broker: BrokerProcess, tmp_path: Path, assignor: str
+) -> None:
+    topic, group = f"split-{assignor[-10:].lower()}", f"split-{assignor[-10:].lower()}"
+    kafka_tool(TOPIC_COMMAND, *_bs(broker), "--create", "--topic", topic, "--partitions", "4")
+    a = Member(broker, topic, group, "--assignment-strategy", assignor)
+    b = None
+    given: list[set[int] | None] = []
+    try:
+        _wait(lambda: a.assignment() == {0, 1, 2, 3}, 60, "the first member to own every partition")
+        b = Member(broker, topic, group, "--assignment-strategy", assignor)
+        members = (a, b)
+
+        def balanced() -> bool:
+            owned = [m.assignment() or set() for m in members]
+            return all(len(o) == 2 for o in owned) and owned[0] | owned[1] == {0, 1, 2, 3}
+
+        _wait(balanced, 60, "two members of two partitions each")
+        given = [m.assignment() for m in members]
+        acked = _verifiable_produce(broker, tmp_path, topic, 2000, **{"linger.ms": "5"})
+        _wait(lambda: sum(len(_consumed(m.events)) for m in members) >= 2000, 60,
+              "the group to consume every record")  # fmt: skip
+    finally:
+        a.stop()
+        if b is not None:
+            b.stop()
+    seen = _consumed(a.events) + _consumed(b.events)
+    assert len(seen) == len(set(seen)) and set(seen) == acked
+    for m, owned in zip((a, b), given, strict=True):  # each read only what it was given
+        assert {p for p, _ in _consumed(m.events)} <= (owned or set())
+
+
+def test_a_static_member_restarting_within_its_session_causes_no_rebalance(
+    broker: BrokerProcess,
+) -> None:
+    """Static membership (KIP-345, ``group.instance.id``): a member that leaves and comes
+    back within ``session.timeout.ms`` gets its partitions back and the other member keeps
+    its own, untouched."""
+    topic = group = "static"
+    kafka_tool(TOPIC_COMMAND, *_bs(broker), "--create", "--topic", topic, "--partitions", "2")
+    args = ("--session-timeout", "30000")
+    a = Member(broker, topic, group, "--group-instance-id", "a", *args)
+    b = Member(broker, topic, group, "--group-instance-id", "b", *args)
+    a2 = None
+    try:
+        _wait(lambda: len(a.assignment() or ()) == len(b.assignment() or ()) == 1, 60,
+              "two members of one partition each")  # fmt: skip
+        a_owned, b_owned = a.assignment(), b.assignment()
+        b_events = len(b.events)
+        a.proc.kill()  # no LeaveGroup: a static member is expected back
+        a.proc.wait()
+        a2 = Member(broker, topic, group, "--group-instance-id", "a", *args)
+        _wait(lambda: a2.assignment() == a_owned, 30, "the restarted member to get its partition")
+        time.sleep(3)  # time for a rebalance to show, if one happened
+        later = b.events[b_events:]
+        assert not [e for e in later if e["name"] in ("partitions_revoked", "partitions_assigned")]
+        assert b.assignment() == b_owned
+    finally:
+        for m in (a, b, a2):
+            if m is not None:
+                m.stop()
