@@ -13,6 +13,13 @@ by ``queue.buffering.max.messages``), so two more figures are given: librdkafka'
 request round-trip (``rtt``, i.e. the broker's share) and an idle closed-loop latency (one
 record at a time, ``--idle-probe`` records).
 
+The peer (``--no-kafka`` skips it): the same workload, same producer settings, against
+Apache Kafka 4.3.1 (``bench/_kafka.py``: a single-node KRaft broker from the jars ``make
+setup`` fetches), each repeat twice: with Kafka's default flush policy (acked from the page
+cache; Kafka's durability is replication) and with ``flush.messages=1`` (an fsync before
+each ack, as sparklog acks). The summary prints sparklog / Kafka for records/s and broker
+CPU per record.
+
 Baselines (from the same records, in the same run, single core):
 
 * (a) disk: the produce batches' bytes appended to one plain file, ``fdatasync`` per 1 MiB.
@@ -593,7 +600,7 @@ def main(argv: list[str] | None = None) -> int:
         lat_k = sorted(k.latencies)
         print(
             f"  sparklog / {label}: records/s {med_run.records_per_s / k.records_per_s:.3f}, "
-            f"broker CPU per record {med_run.broker_cpu / k.broker_cpu:.3f}; ack p50/p99 "
+            f"broker CPU per record {med_run.broker_cpu / k.broker_cpu:.3f}; its ack p50/p99 "
             f"{_ms(percentile(lat_k, 0.5))}/{_ms(percentile(lat_k, 0.99))} ms"
         )
     ratio_b = med_run.records_per_s / (n / cpu)
