@@ -259,6 +259,21 @@ class GroupCoordinator:
             group.leader_id = member_id
         log.info("group %s: static member %s is back as %s (generation %d, no rebalance)",
                  group.group_id, req.group_instance_id, member_id, group.generation)  # fmt: skip
+        # a returning leader learns the members but keeps the current assignment (KIP-814);
+        # its SyncGroup in the Stable group returns what it had
+        return self._joined(group, member_id, skip_assignment=leader)
+
+    def _joined(
+        self, group: Group, member_id: str, *, skip_assignment: bool = False
+    ) -> dict[str, Any]:
+        """The JoinGroup answer of ``member_id`` in the group's current generation; the
+        leader's lists every member and its metadata for the chosen protocol."""
+        protocol = group.protocol_name or ""
+        members = [
+            {"member_id": m.member_id, "group_instance_id": m.group_instance_id,
+             "metadata": m.metadata_for(protocol)}
+            for m in group.members.values()
+        ] if member_id == group.leader_id else []  # fmt: skip
         return {
             "throttle_time": 0,
             "error_code": ErrorCode.none,
@@ -266,16 +281,10 @@ class GroupCoordinator:
             "protocol_type": group.protocol_type,
             "protocol_name": group.protocol_name,
             "leader": group.leader_id,
-            # a returning leader learns the members but keeps the current assignment
-            # (KIP-814); its SyncGroup in the Stable group returns what it had
-            "skip_assignment": leader,
+            "skip_assignment": skip_assignment,
             "member_id": member_id,
-            "members": [
-                {"member_id": m.member_id, "group_instance_id": m.group_instance_id,
-                 "metadata": m.metadata_for(group.protocol_name or "")}
-                for m in group.members.values()
-            ] if leader else [],
-        }  # fmt: skip
+            "members": members,
+        }
 
     def _join_error(self, code: ErrorCode, member_id: str = "") -> dict[str, Any]:
         return {
@@ -365,26 +374,7 @@ class GroupCoordinator:
         )  # fmt: skip
         for mid, m in group.members.items():
             m.assignment = b""
-            response = {
-                "throttle_time": 0,
-                "error_code": ErrorCode.none,
-                "generation_id": group.generation,
-                "protocol_type": group.protocol_type,
-                "protocol_name": group.protocol_name,
-                "leader": group.leader_id,
-                "skip_assignment": False,
-                "member_id": mid,
-                "members": [
-                    {
-                        "member_id": other.member_id,
-                        "group_instance_id": other.group_instance_id,
-                        "metadata": other.metadata_for(group.protocol_name or ""),
-                    }
-                    for other in group.members.values()
-                ]
-                if mid == group.leader_id
-                else [],
-            }
+            response = self._joined(group, mid)
             if m.join_future is not None and not m.join_future.done():
                 m.join_future.set_result(response)
             m.join_future = None

@@ -140,26 +140,13 @@ def test_verifiable_producer_and_consumer_group_read_every_ack_exactly_once(
 ) -> None:
     n = 3000
     kafka_tool(TOPIC_COMMAND, *_bs(broker), "--create", "--topic", "verify", "--partitions", "3")
-    conf = tmp_path / "producer.properties"
-    conf.write_text("enable.idempotence=true\nretries=2147483647\nlinger.ms=5\n")
-    out = kafka_tool(VERIFIABLE_PRODUCER, *_bs(broker), "--topic", "verify", "--max-messages",
-                     str(n), "--acks", "-1", "--command-config", str(conf)).stdout  # fmt: skip
-    acked = {
-        (int(e["partition"]), int(e["offset"]))  # type: ignore[call-overload]
-        for e in _events(out)
-        if e.get("name") == "producer_send_success"
-    }
-    assert len(acked) == n
+    acked = _verifiable_produce(broker, tmp_path, "verify", n, **{
+        "enable.idempotence": "true", "retries": "2147483647", "linger.ms": "5",
+    })  # fmt: skip
     out = kafka_tool(VERIFIABLE_CONSUMER, *_bs(broker), "--topic", "verify", "--group-id",
                      "verifiers", "--max-messages", str(n), "--reset-policy", "earliest",
                      timeout=180).stdout  # fmt: skip
-    seen: list[tuple[int, int]] = []
-    for e in _events(out):
-        if e.get("name") != "records_consumed":
-            continue
-        for p in e["partitions"]:  # type: ignore[attr-defined]
-            assert p["count"] == p["maxOffset"] - p["minOffset"] + 1
-            seen += [(p["partition"], o) for o in range(p["minOffset"], p["maxOffset"] + 1)]
+    seen = _consumed(_events(out))
     assert len(seen) == len(set(seen)) == n
     assert set(seen) == acked
 
