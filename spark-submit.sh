@@ -45,8 +45,9 @@ export PYTHONPATH="$here${PYTHONPATH:+:$PYTHONPATH}"
 # Spark's Kafka connector and delta-spark, fetched by `make setup` (docs/jvm.md); a --jars
 # among the options above replaces this list.
 jars=()
-if compgen -G "$here/.jars/spark/*.jar" >/dev/null; then
-  jars=(--jars "$(printf '%s,' "$here"/.jars/spark/*.jar | sed 's/,$//')")
+spark_jars=${SPARKLOG_JARS:-$here/.jars}/spark
+if compgen -G "$spark_jars/*.jar" >/dev/null; then
+  jars=(--jars "$(printf '%s,' "$spark_jars"/*.jar | sed 's/,$//')")
 fi
 exec "$VENV/bin/spark-submit" --properties-file "$SPARK_CONF_DIR/spark-defaults.conf" \
   "${jars[@]}" "${spark_args[@]}" "$here/jobs/$job.py" "$@"

@@ -1,5 +1,6 @@
 """Fetch the project's JVM jars with Maven: one pom per purpose under ``jvm/<name>/``, its
-runtime dependencies copied to ``.jars/<name>/`` (ignored by git, cached in ``~/.m2``).
+runtime dependencies copied to ``.jars/<name>/`` (ignored by git, cached in ``~/.m2``), or
+under ``$SPARKLOG_JARS`` (``sparklog.jars.jar_dir``).
 
     python scripts/jars.py [NAME ...]        # default: every jvm/*/pom.xml
 
@@ -22,9 +23,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+from sparklog.jars import jar_dir
+
 ROOT = Path(__file__).resolve().parents[1]
 JVM = ROOT / "jvm"
-OUT = ROOT / ".jars"
 STAMP = ".pom-sha256"
 VERSIONED = re.compile(r"^(?P<artifact>.+?)-\d[\w.+-]*\.jar$")
 
@@ -43,7 +45,7 @@ def pyspark_artifacts() -> set[str]:
 
 def fetch(name: str) -> Path:
     pom = JVM / name / "pom.xml"
-    dest = OUT / name
+    dest = jar_dir(name)
     key = pom.read_bytes()
     if name == "spark":  # what is kept depends on what pyspark ships
         import pyspark
@@ -53,7 +55,7 @@ def fetch(name: str) -> Path:
     stamp = dest / STAMP
     if stamp.exists() and stamp.read_text() == digest:
         return dest
-    tmp = OUT / f".{name}.tmp"
+    tmp = dest.parent / f".{name}.tmp"
     shutil.rmtree(tmp, ignore_errors=True)
     cmd = [
         "mvn", "-q", "-B", "-f", str(pom), "dependency:copy-dependencies",
@@ -82,10 +84,10 @@ def main(argv: list[str]) -> int:
             return 1
         print(f"{msg}; the tests that need them will be skipped", file=sys.stderr)
         return 3
-    OUT.mkdir(exist_ok=True)
+    jar_dir("").mkdir(parents=True, exist_ok=True)
     for name in names:
         dest = fetch(name)
-        print(f"sparklog: {len(list(dest.glob('*.jar')))} {name} jars in {dest.relative_to(ROOT)}")
+        print(f"sparklog: {len(list(dest.glob('*.jar')))} {name} jars in {dest}")
     return 0
 
 

@@ -48,8 +48,9 @@ def spark() -> Iterator[object]:
     from sparklog.spark import CHECKPOINT_FILE_MANAGER_CONF, LOCAL_CHECKPOINT_FILE_MANAGER
 
     builder = SparkSession.builder
-    if spark_jars_conf():
-        builder = builder.config("spark.jars", spark_jars_conf())
+    extra_jars = spark_jars_conf()
+    if extra_jars:
+        builder = builder.config("spark.jars", extra_jars)
     session = (
         builder.master("local[2]")
         .appName("sparklog-tests")

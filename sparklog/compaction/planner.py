@@ -132,8 +132,8 @@ def plan_retention(
     held: list[str] = []
     if config.delete:
         kept = rolled[len(delete) :]
-        if kept and any(_expired(s, config, now_ms) for s in kept[1:]):
-            n = sum(1 for s in kept[1:] if _expired(s, config, now_ms))
+        n = sum(1 for s in kept[1:] if _expired(s, config, now_ms))
+        if n:
             held.append(
                 f"{n} segment(s) past retention.ms wait behind {kept[0].name} (newest "
                 f"record at {kept[0].max_timestamp} ms, within retention.ms): retention "

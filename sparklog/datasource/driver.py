@@ -43,6 +43,11 @@ def _given(obj: Any) -> dict[str, str]:
     return found
 
 
+def _merged(obj: Any, options: dict[str, Any]) -> dict[str, str]:
+    """The options ``obj`` was given, then those of the ``load``/``save``/``start`` call."""
+    return {**_given(obj), **{k: _text(v) for k, v in options.items()}}
+
+
 def _is_sparklog(obj: Any, format: Any) -> bool:
     name = format if format is not None else getattr(obj, "_sparklog_format", None)
     return str(name or "").strip().lower() == SPARKLOG
@@ -76,7 +81,7 @@ def _read_check(parse: Callable[[dict[str, str]], Any]) -> Callable[..., Any]:
         def load(self: Any, path: Any = None, format: Any = None, schema: Any = None,
                  **options: Any) -> Any:  # fmt: skip
             if _is_sparklog(self, format):
-                given = {**_given(self), **{k: _text(v) for k, v in options.items()}}
+                given = _merged(self, options)
                 if isinstance(path, str):
                     given["path"] = path
                 parse(given)
@@ -115,7 +120,7 @@ def install() -> None:
     def save(self: Any, path: Any = None, format: Any = None, mode: Any = None,
              partitionBy: Any = None, **options: Any) -> None:  # fmt: skip
         if _is_sparklog(self, format):
-            write_options({**_given(self), **{k: _text(v) for k, v in options.items()}},
+            write_options(_merged(self, options),
                           self._df.schema)  # fmt: skip
             chosen = (
                 str(mode).lower() if mode is not None else getattr(self, "_sparklog_mode", None)
@@ -130,7 +135,7 @@ def install() -> None:
     def start(self: Any, path: Any = None, format: Any = None, outputMode: Any = None,
               partitionBy: Any = None, queryName: Any = None, **options: Any) -> Any:  # fmt: skip
         if _is_sparklog(self, format):
-            write_options({**_given(self), **{k: _text(v) for k, v in options.items()}},
+            write_options(_merged(self, options),
                           self._df.schema)  # fmt: skip
         return plain_start(self, path, format, outputMode, partitionBy, queryName, **options)
 
