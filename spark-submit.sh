@@ -42,12 +42,9 @@ export PYSPARK_DRIVER_PYTHON=${PYSPARK_DRIVER_PYTHON:-$VENV/bin/python}
 export SPARK_LOCAL_IP=${SPARK_LOCAL_IP:-127.0.0.1}
 export SPARK_CONF_DIR=${SPARK_CONF_DIR:-$here/conf}
 export PYTHONPATH="$here${PYTHONPATH:+:$PYTHONPATH}"
-# Spark's Kafka connector and delta-spark, fetched by `make setup` (docs/jvm.md); a --jars
-# among the options above replaces this list.
-jars=()
-spark_jars=${SPARKLOG_JARS:-$here/.jars}/spark
-if compgen -G "$spark_jars/*.jar" >/dev/null; then
-  jars=(--jars "$(printf '%s,' "$spark_jars"/*.jar | sed 's/,$//')")
-fi
+# Spark's Kafka connector and delta-spark, fetched by `make setup` (docs/jvm.md): --jars and
+# delta-spark's session conf (sparklog.jars.spark_submit_args); a --jars or --conf among the
+# options above wins.
+mapfile -t jars < <(PYTHONPATH="$here" "$VENV/bin/python" -m sparklog.jars)
 exec "$VENV/bin/spark-submit" --properties-file "$SPARK_CONF_DIR/spark-defaults.conf" \
   "${jars[@]}" "${spark_args[@]}" "$here/jobs/$job.py" "$@"

@@ -19,6 +19,12 @@ measurement the script waits up to ``--wait-quiet`` seconds for the CPUs to be i
 ``--profile PATH`` adds an unmeasured consume run with py-spy attached to the broker (see
 ``bench/produce.py``).
 
+The peer (``--no-kafka`` skips it): Apache Kafka 4.3.1 (``bench/_kafka.py``, single-node
+KRaft from the jars ``make setup`` fetches) in the same run: the same records produced into
+the same number of partitions by the same producer, then read by consumers with the same
+settings, warm-up and repeats as above (Kafka serves them from the page cache too). The
+summary prints sparklog / Kafka for records/s and broker CPU per record.
+
     .venv/bin/python bench/consume.py --quick       # 500k records, 1 repeat
     .venv/bin/python bench/consume.py               # 5M records, median of 3
 """
@@ -171,6 +177,32 @@ def run_cpu(data_dir: str, partitions: int, slice_bytes: int) -> tuple[float, in
     return time.perf_counter() - t0, records, encoded
 
 
+def kafka_consume(
+    args: argparse.Namespace, tmp: str, partitions: int, n: int, repeat: int
+) -> list[ConsumeRun]:
+    """The peer: ``n`` records produced into Apache Kafka 4.3.1 (same producer, same
+    partitions), then read ``repeat`` times after a warm-up, as from sparklog."""
+    from _kafka import KafkaServer
+
+    runs = []
+    with temp_dir("kafka-data-", tmp) as work_dir, KafkaServer(work_dir) as kafka:
+        create_topic(kafka.bootstrap, TOPIC, partitions, {})
+        prun = produce_records(kafka, TOPIC, n, make_workload(), args)  # type: ignore[arg-type]
+        print(f"  Apache Kafka 4.3.1: produced {n:,} records: {_rate(prun.records_per_s)} rec/s")
+        consume_records(kafka, min(n, 100_000), partitions, args)  # type: ignore[arg-type]
+        for r in range(repeat):
+            run = consume_records(kafka, n, partitions, args)  # type: ignore[arg-type]
+            runs.append(run)
+            print(
+                f"  Kafka run {r + 1}/{repeat}: consumer {_rate(run.records_per_s)} rec/s "
+                f"({run.seconds:.2f} s, client CPU {run.client_cpu:.1f} s, broker CPU "
+                f"{run.broker_cpu:.1f} s, other processes {run.others_cpu:.1f} s); "
+                f"load {run.load}" + (f"; {run.note}" if run.note else ""),
+                flush=True,
+            )
+    return runs
+
+
 def _rate(x: float) -> str:
     return f"{x:,.0f}"
 
@@ -190,6 +222,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--partition-fetch-bytes", type=int, default=8 * MIB)
     p.add_argument("--queued-kbytes", type=int, default=256 * 1024, help="consumer prefetch")
     p.add_argument("--segment-bytes", type=int, default=None, help="topic segment.bytes")
+    p.add_argument("--no-kafka", action="store_true", help="skip the Apache Kafka peer")
     p.add_argument("--profile", metavar="PATH", help="extra run with py-spy; stacks to PATH")
     p.add_argument("--profile-rate", type=int, default=100)
     p.add_argument(
@@ -283,6 +316,8 @@ def main(argv: list[str] | None = None) -> int:
         if rc != 0:
             print(f"    broker exited with status {rc}: " + " | ".join(broker.lines[-5:]))
 
+        kafka_runs = [] if args.no_kafka else kafka_consume(args, tmp, partitions, have, repeat)
+
     med = sorted(runs, key=lambda x: x.seconds)[len(runs) // 2]
     cpu = statistics.median(cpu_s)
     rows = [
@@ -301,6 +336,12 @@ def main(argv: list[str] | None = None) -> int:
             f"{cpu / have * 1e6:.2f}",
         ],
     ]
+    if kafka_runs:
+        k = sorted(kafka_runs, key=lambda x: x.seconds)[len(kafka_runs) // 2]
+        rows.append([
+            "Apache Kafka 4.3.1 -> confluent-kafka consumer", _rate(k.records_per_s),
+            f"{k.mb_per_s:,.1f}", f"{k.seconds:.2f}", f"{k.broker_cpu / k.records * 1e6:.2f}",
+        ])  # fmt: skip
     print()
     print(
         f"Summary (median of {repeat}; {med.records:,} records read of {have:,} stored; "
@@ -309,6 +350,12 @@ def main(argv: list[str] | None = None) -> int:
     print(fmt_table(["", "records/s", "MB/s", "seconds", "CPU us/rec"], rows))
     print()
     print(f"  consumer / (b) CPU    {med.records_per_s / (have / cpu):.3f}")
+    if kafka_runs:
+        print(
+            f"  sparklog / Apache Kafka 4.3.1: records/s {med.records_per_s / k.records_per_s:.3f}"
+            f", broker CPU per record "
+            f"{(med.broker_cpu / med.records) / (k.broker_cpu / k.records):.3f}"
+        )
     print(
         f"  (b) CPU per record / broker CPU per record  "
         f"{(cpu / have) / (med.broker_cpu / med.records):.3f}"

@@ -1,5 +1,5 @@
-"""Produce-to-visible latency of ``readStream.format("sparklog")``, against a bare Python
-streaming source in the same run.
+"""Produce-to-visible latency of ``readStream.format("sparklog")``, against Apache Kafka
+with Spark's Kafka source and a bare Python streaming source, in the same run.
 
 sparklog: a confluent-kafka producer (acks=all; librdkafka's defaults, linger.ms=5) sends
 ``--rate`` records per second for ``--seconds`` to a broker process on loopback; each
@@ -12,6 +12,11 @@ Baseline: the same query shape over a bare Python ``DataSourceStreamReader`` who
 the instant the offset became available, ``read()`` builds the rows in memory). It has no
 broker, no fsync, no storage: its latency is what Spark's micro-batch loop and the Python
 data source machinery cost, the floor any Python source stands on.
+
+The peer (``--no-kafka`` skips it): the same producer, rate and query against Apache Kafka
+4.3.1 (``bench/_kafka.py``: single-node KRaft, its default flush policy) read with Spark's
+own Kafka source, ``readStream.format("kafka")`` (the jars ``make setup`` fetches) - what a
+user of Kafka and Spark runs today.
 
 The first ``--warmup`` seconds of each run are not counted: a streaming query runs for
 hours, and for its first two minutes or so the JVM is still JIT-compiling Spark's planner
@@ -54,6 +59,7 @@ from _broker import (  # fmt: skip
     wait_for_quiet,
 )
 from confluent_kafka import Producer
+from produce import create_topic
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 
 TOPIC = "latency"
@@ -190,6 +196,30 @@ def produce_steadily(bootstrap: str, rate: int, seconds: float, acks: str = "") 
             json.dump(acked, f)
 
 
+def broker_run(
+    spark: Any, args: argparse.Namespace, tmp: str, bootstrap: str, reader: Any
+) -> tuple[list[float], list[float]]:
+    """One broker's run: (latencies, producer ack latencies), in ms."""
+    print(f"quiet: {wait_for_quiet(args.wait_quiet)}", flush=True)
+    # the producer is a process of its own, as an application is: in this process it
+    # would share the GIL with the driver's foreachBatch and py4j threads
+    acks = os.path.join(tmp, f"acks-{time.monotonic_ns()}.json")
+    producer = multiprocessing.get_context("spawn").Process(
+        target=produce_steadily, args=(bootstrap, args.rate, args.seconds + args.warmup, acks)
+    )
+
+    def warm() -> None:  # a few records, so the first data batch runs now
+        p = Producer({"bootstrap.servers": bootstrap, "acks": "all"})
+        for i in range(10):
+            p.produce(TOPIC, value=b"warm-%d" % i)
+        p.flush(30)
+
+    checkpoint = os.path.join(tmp, f"ck-{time.monotonic_ns()}")
+    lat = run_query(spark, reader, checkpoint, args.seconds, args.warmup, producer, warm)
+    with open(acks) as f:
+        return lat, json.load(f)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rate", type=int, default=500, help="records per second")
@@ -202,6 +232,7 @@ def main() -> int:
     )
     ap.add_argument("--wait-quiet", type=float, default=60.0)
     ap.add_argument("--quick", action="store_true", help="15 s runs")
+    ap.add_argument("--no-kafka", action="store_true", help="skip the Apache Kafka peer")
     args = ap.parse_args()
     if args.quick:
         args.seconds, args.warmup = 15.0, 30.0
@@ -210,8 +241,6 @@ def main() -> int:
     cleanup_on_signals()
 
     import sparklog.spark
-    from sparklog.kafka import admin as kc
-    from sparklog.kafka.client import KafkaClient
 
     results: dict[str, list[float]] = {}
     with temp_dir("sparklog-bench-latency") as tmp:
@@ -223,32 +252,27 @@ def main() -> int:
         )
         sparklog.spark.register(spark)
         spark.dataSource.register(ClockSource)
+        acks: dict[str, list[float]] = {}
         with BrokerProcess(os.path.join(tmp, "data")) as broker:
-            with KafkaClient(broker.bootstrap) as c:
-                kc.create_topic(c, TOPIC, 1, {})
-            print(f"quiet: {wait_for_quiet(args.wait_quiet)}", flush=True)
+            create_topic(broker.bootstrap, TOPIC, 1, {})
             reader = (
                 spark.readStream.format("sparklog").option("subscribe", TOPIC)
                 .option("startingOffsets", "earliest").load(broker.data_dir)
             )  # fmt: skip
-            # the producer is a process of its own, as an application is: in this process
-            # it would share the GIL with the driver's foreachBatch and py4j threads
-            acks = os.path.join(tmp, "acks.json")
-            producer = multiprocessing.get_context("spawn").Process(
-                target=produce_steadily,
-                args=(broker.bootstrap, args.rate, args.seconds + args.warmup, acks),
-            )
+            name = 'sparklog, format("sparklog")'
+            results[name], acks[name] = broker_run(spark, args, tmp, broker.bootstrap, reader)
+        if not args.no_kafka:
+            from _kafka import KafkaServer
 
-            def warm() -> None:  # a few records, so the first data batch runs now
-                p = Producer({"bootstrap.servers": broker.bootstrap, "acks": "all"})
-                for i in range(10):
-                    p.produce(TOPIC, value=b"warm-%d" % i)
-                p.flush(30)
-
-            results["sparklog"] = run_query(spark, reader, os.path.join(tmp, "ck1"),
-                                            args.seconds, args.warmup, producer, warm)  # fmt: skip
-            with open(acks) as f:
-                ack_ms = json.load(f)
+            with KafkaServer(os.path.join(tmp, "kafka")) as kafka:
+                create_topic(kafka.bootstrap, TOPIC, 1, {})
+                reader = (
+                    spark.readStream.format("kafka")
+                    .option("kafka.bootstrap.servers", kafka.bootstrap)
+                    .option("subscribe", TOPIC).option("startingOffsets", "earliest").load()
+                )  # fmt: skip
+                name = 'Apache Kafka 4.3.1, format("kafka")'
+                results[name], acks[name] = broker_run(spark, args, tmp, kafka.bootstrap, reader)
         print(f"quiet: {wait_for_quiet(args.wait_quiet)}", flush=True)
         reader = (
             spark.readStream.format("bench_clock").option("t0", str(time.time()))
@@ -270,12 +294,22 @@ def main() -> int:
         cells = [f"{percentile(lat, q):.0f}" for q in (0.5, 0.9, 0.99)] + [f"{max(lat):.0f}"]
         rows.append([name, f"{len(lat):,}", *cells])
     print(fmt_table(["source", "records", "p50 ms", "p90 ms", "p99 ms", "max ms"], rows))
-    print(f"\nproducer acks (acks=all, fsynced) during the sparklog run: p50 "
-          f"{percentile(ack_ms, 0.5):.0f} ms, p99 {percentile(ack_ms, 0.99):.0f} ms")  # fmt: skip
-    ours, bare = results["sparklog"], results["bare source"]
+    print()
+    for name, ack_ms in acks.items():
+        p50, p99 = percentile(ack_ms, 0.5), percentile(ack_ms, 0.99)
+        print(f"producer acks (acks=all) during the {name} run: p50 {p50:.0f} ms, "
+              f"p99 {p99:.0f} ms")  # fmt: skip
+    names = list(results)
+    ours, bare = results[names[0]], results["bare source"]
     print(f"\nsparklog / bare source: p50 {percentile(ours, 0.5) / percentile(bare, 0.5):.2f}, "
           f"p99 {percentile(ours, 0.99) / percentile(bare, 0.99):.2f}  "
           "(targets: p50 <= 200 ms, p99 <= 400 ms)")  # fmt: skip
+    if not args.no_kafka:
+        peer = results[names[1]]
+        r50 = percentile(ours, 0.5) / percentile(peer, 0.5)
+        r99 = percentile(ours, 0.99) / percentile(peer, 0.99)
+        print(f"sparklog / Kafka + Spark's Kafka source: p50 {r50:.2f}, p99 {r99:.2f}  "
+              "(goal: p99 <= 1.0)")  # fmt: skip
     return 0
 
 

@@ -15,6 +15,13 @@ columns and sizes (no storage, no decoding) - the ceiling of Spark's Python data
 path on this machine. sparklog also runs with ``kafka.check.crcs=false`` (Spark's Parquet
 reader verifies no page CRCs by default).
 
+The peer (``--no-kafka`` skips it): Apache Kafka 4.3.1 (``bench/_kafka.py``, single-node
+KRaft) holding the same number of records (16-byte keys, 100-byte random values) in a
+4-partition topic, produced by confluent-kafka (lz4 batches, as a producer would send them),
+read by Spark's own Kafka source ``readStream.format("kafka")`` with ``minPartitions`` set
+to sparklog's task count - what a Spark user on Kafka runs today. The goal is sparklog >=
+2.0x this.
+
 One SparkSession (``local[2]``, the machine's two cores) serves every run; a warm-up run of
 each comes first so Python workers and JIT are warm for all. Before each run the script
 waits up to ``--wait-quiet`` seconds for the CPUs to be idle.
@@ -148,6 +155,28 @@ def read_alone(root: str, records: int, split: int, check_crcs: bool) -> float:
     return time.perf_counter() - t0
 
 
+def fill_kafka(bootstrap: str, records: int) -> None:
+    """``records`` records like ``write_topic``'s into Kafka's 4-partition topic ``TOPIC``."""
+    from confluent_kafka import Producer
+    from produce import create_topic
+
+    create_topic(bootstrap, TOPIC, PARTITIONS, {})
+    p = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 50,
+                  "batch.size": 1_000_000, "compression.type": "lz4",
+                  "queue.buffering.max.messages": 1_000_000})  # fmt: skip
+    per = records // PARTITIONS
+    for part in range(PARTITIONS):
+        for i in range(per):
+            while True:
+                try:
+                    p.produce(TOPIC, key=b"key-%011d" % i, value=os.urandom(100), partition=part)
+                    break
+                except BufferError:
+                    p.poll(0.05)
+    if p.flush(120):
+        raise RuntimeError("kafka: records still unacknowledged after 120 s")
+
+
 def run_query(spark: Any, reader: Any, checkpoint: str) -> float:
     t0 = time.perf_counter()
     q = (
@@ -172,6 +201,7 @@ def main() -> int:
     ap.add_argument("--split", type=int, default=1_000_000, help="maxRecordsPerPartition")
     ap.add_argument("--wait-quiet", type=float, default=60.0)
     ap.add_argument("--quick", action="store_true", help="500k records, 1 repeat")
+    ap.add_argument("--no-kafka", action="store_true", help="skip the Apache Kafka peer")
     args = ap.parse_args()
     if args.quick:
         args.records, args.repeats = 500_000, 1
@@ -219,6 +249,26 @@ def main() -> int:
 
         kinds = {"sparklog": ours("true"), "sparklog, check.crcs=false": ours("false"),
                  "bare python source": bare, "parquet": native}  # fmt: skip
+        kafka = None
+        if not args.no_kafka:
+            from _kafka import KafkaServer
+
+            kafka = KafkaServer(os.path.join(tmp, "kafka")).start()
+            t0 = time.perf_counter()
+            fill_kafka(kafka.bootstrap, args.records)
+            print(f"produced {args.records:,} records into Apache Kafka 4.3.1 "
+                  f"({time.perf_counter() - t0:.1f}s)", flush=True)  # fmt: skip
+            bootstrap = kafka.bootstrap
+
+            def kafka_source() -> Any:
+                return (
+                    spark.readStream.format("kafka")
+                    .option("kafka.bootstrap.servers", bootstrap)
+                    .option("subscribe", TOPIC).option("startingOffsets", "earliest")
+                    .option("minPartitions", str(splits - PARTITIONS)).load()
+                )  # fmt: skip
+
+            kinds["Kafka + Spark's Kafka source"] = kafka_source
         times: dict[str, list[float]] = {k: [] for k in kinds}
         for make in kinds.values():  # warm-up
             run_query(spark, make(), os.path.join(tmp, f"ck-{uuid.uuid4().hex}"))
@@ -231,6 +281,8 @@ def main() -> int:
                       flush=True)  # fmt: skip
         alone = [read_alone(root, args.records, args.split, True) for _ in range(args.repeats)]
         spark.stop()
+        if kafka is not None:
+            kafka.stop()
     med = {k: statistics.median(v) for k, v in times.items()}
     rate = {k: args.records / t for k, t in med.items()}
     print()
@@ -249,6 +301,10 @@ def main() -> int:
     )
     print(f"ratio sparklog / parquet = {ours / rate['parquet']:.3f} (target >= 1.0); "
           f"sparklog / bare python source = {ours / bare:.3f}")  # fmt: skip
+    if "Kafka + Spark's Kafka source" in rate:
+        peer = rate["Kafka + Spark's Kafka source"]
+        print(f"ratio sparklog / Kafka + Spark's Kafka source = {ours / peer:.3f} "
+              "(goal >= 2.0)")  # fmt: skip
     return 0
 
 

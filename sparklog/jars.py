@@ -43,5 +43,38 @@ def spark_jars_conf() -> str:
         return ""
 
 
+#: What a session needs for delta-spark's SQL and ``DeltaTable.merge``: its extension and
+#: its catalog (both static: they must be set when the session is built), and a snapshot
+#: state of 2 partitions instead of 50 (tables written by one export are small; a local[2]
+#: session spends more on 50 tasks than on the state).
+DELTA_CONF = {
+    "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
+    "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+    "spark.databricks.delta.snapshotPartitions": "2",
+}
+
+
+def spark_session_conf() -> dict[str, str]:
+    """The conf a SparkSession the project builds gets for its JVM jars: ``spark.jars`` and
+    delta-spark's :data:`DELTA_CONF`; empty when the jars are not fetched (such a session
+    runs sparklog's own source and file exports; Delta and Spark's Kafka connector need
+    the jars). ``./spark-submit.sh`` passes the same."""
+    extra = spark_jars_conf()
+    return {"spark.jars": extra, **DELTA_CONF} if extra else {}
+
+
 def kafka_classpath() -> str:
     return os.pathsep.join(jars("kafka"))
+
+
+def spark_submit_args() -> list[str]:
+    """``spark_session_conf()`` as spark-submit options (``--jars`` and ``--conf``s)."""
+    conf = spark_session_conf()
+    args = ["--jars", conf.pop("spark.jars")] if conf else []
+    for key, value in conf.items():
+        args += ["--conf", f"{key}={value}"]
+    return args
+
+
+if __name__ == "__main__":  # ./spark-submit.sh: one option per line
+    print("\n".join(spark_submit_args()))

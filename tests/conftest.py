@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from sparklog.jars import JarsMissingError, jars, spark_jars_conf
+from sparklog.jars import JarsMissingError, jars, spark_session_conf
 from sparklog.storage.fs.local import LocalFileSystem
 
 
@@ -48,9 +48,8 @@ def spark() -> Iterator[object]:
     from sparklog.spark import CHECKPOINT_FILE_MANAGER_CONF, LOCAL_CHECKPOINT_FILE_MANAGER
 
     builder = SparkSession.builder
-    extra_jars = spark_jars_conf()
-    if extra_jars:
-        builder = builder.config("spark.jars", extra_jars)
+    for key, value in spark_session_conf().items():
+        builder = builder.config(key, value)
     session = (
         builder.master("local[2]")
         .appName("sparklog-tests")

@@ -4,12 +4,8 @@ One-off exports (a range of offsets):
 
 - parquet / avro / json: ``df.write`` into a new directory (an existing one is an error:
   a second export into it would mix two runs).
-- delta: with the Delta jars on the session's classpath (delta-spark), ``df.write
-  .format("delta")``. Without them (this environment, and any cluster without the jars),
-  Spark writes the Parquet files into ``<table>/export-<run id>/`` and the commit goes
-  through ``deltalake`` (delta-rs): one ``add`` action per file, committed as one new
-  table version - atomically, once per export run. Files of a run that died before its
-  commit are named by no version: Delta readers never see them; ``VACUUM`` removes them.
+- delta: delta-spark (``require_delta``: its jar and session conf, else a usage error),
+  ``df.write.format("delta").mode("append")``: one new table version per run.
 - ``--upsert`` (delta only): the rows are reduced to the last record of each key; a MERGE
   on ``key`` updates or inserts live rows and deletes the keys whose last record is a
   tombstone.
@@ -23,27 +19,29 @@ what arrived since the last one, and a run killed anywhere is completed by the n
   each record once. A plain directory listing may also show files of a micro-batch that
   was killed before its commit; the rerun writes that batch again under new names.
 - delta: ``foreachBatch`` commits each micro-batch as one table version carrying the
-  application transaction ``(sparklog-export:<checkpoint>, batch id)``; a replayed batch
-  whose id the table already records is skipped, so nothing is committed twice.
-  Crash points (each tested by killing the job there and running it again):
-  ``export.before_commit`` (the batch's files are written, no version names them: the
-  rerun writes the batch again and commits it once) and ``export.after_commit`` (the
-  version is committed, Spark has not recorded the batch: the rerun replays it and skips
-  it by its transaction id).
+  application transaction ``(sparklog-export:<checkpoint>, batch id)`` - delta-spark's
+  idempotent writes: ``txnAppId``/``txnVersion`` options of an append, the
+  ``spark.databricks.delta.write.txnAppId``/``txnVersion`` session confs of a MERGE. Delta
+  skips a write whose transaction the table already records, so a replayed batch is
+  committed once. The commit sequence of one micro-batch:
+
+  1. [export.before_write] nothing of the batch is written; the rerun replays it.
+  2. delta-spark writes the batch's data files, then commits the next ``_delta_log``
+     version with the ``txn`` action (put-if-absent). Files of a batch killed before its
+     commit are named by no version: readers never see them, ``VACUUM`` removes them.
+  3. [export.after_commit] the version is committed, Spark has not recorded the batch:
+     the rerun replays it, delta-spark skips it (table version unchanged), the job says so.
 """
 
 from __future__ import annotations
 
 import contextlib
 import hashlib
-import json
 import os
-import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-import pyarrow as pa
 import pyarrow.parquet as pq
 
 from sparklog.errors import ExportUsageError
@@ -53,7 +51,7 @@ from sparklog.export.source import DELETED
 from sparklog.storage import crashpoints
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import Column, DataFrame, SparkSession
 
 Say = Callable[[str], None]
 
@@ -123,65 +121,68 @@ def write_files(df: DataFrame, opts: ExportOptions) -> Written:
 # ---------------------------------------------------------------------------- delta
 
 
-def _delta_table(out: str) -> Any:
-    from deltalake import DeltaTable
+def require_delta(spark: SparkSession) -> None:
+    """ExportUsageError unless the session can write Delta through delta-spark: its jar on
+    the classpath and its extension and catalog configured (``./spark-submit.sh`` does
+    both once ``make setup`` fetched the jars)."""
+    from sparklog.jars import DELTA_CONF
 
-    return DeltaTable(out) if DeltaTable.is_deltatable(out) else None
+    if not has_delta_jars(spark):
+        raise ExportUsageError(
+            "--format delta writes through delta-spark, and this Spark session has no "
+            "delta-spark jar: run `make setup` (Maven fetches it into .jars/spark) and run "
+            "the export with ./spark-submit.sh, or pass the jars with --jars"
+        )
+    static = {k: v for k, v in DELTA_CONF.items() if k.startswith("spark.sql.")}
+    missing = [f"{k}={v}" for k, v in static.items() if v not in (spark.conf.get(k, "") or "")]
+    if missing:
+        raise ExportUsageError(
+            "--format delta needs delta-spark's session conf, set when the session is "
+            "built: " + " ".join(f"--conf {m}" for m in missing)
+        )
 
 
-def _commit_properties(txn: tuple[str, int] | None) -> Any:
-    from deltalake import CommitProperties, Transaction
+def _last_commit(spark: SparkSession, out: str) -> tuple[int | None, dict[str, str]]:
+    """The table's latest version and that commit's operation metrics (None, {} if ``out``
+    is no Delta table yet)."""
+    from delta.tables import DeltaTable
 
+    if not DeltaTable.isDeltaTable(spark, out):
+        return None, {}
+    last = DeltaTable.forPath(spark, out).history(1).collect()[0]
+    return int(last["version"]), dict(last["operationMetrics"] or {})
+
+
+@contextlib.contextmanager
+def _txn_conf(spark: SparkSession, txn: tuple[str, int] | None) -> Iterator[None]:
+    """delta-spark's idempotent DML: a MERGE run with these session confs commits the
+    application transaction ``txn`` and is skipped if the table already records it."""
     if txn is None:
-        return None
-    return CommitProperties(app_transactions=[Transaction(txn[0], txn[1])])
+        yield
+        return
+    with (_conf(spark, "spark.databricks.delta.write.txnAppId", txn[0]),
+          _conf(spark, "spark.databricks.delta.write.txnVersion", str(txn[1]))):  # fmt: skip
+        yield
+
+
+def _committed(spark: SparkSession, out: str, before: int | None, rows_metric: str) -> Written:
+    version, metrics = _last_commit(spark, out)
+    if version == before:  # delta-spark skipped a write whose transaction it had recorded
+        return Written(0, version, skipped=True)
+    return Written(int(metrics.get(rows_metric, 0)), version)
 
 
 def delta_append(
     spark: SparkSession, df: DataFrame, out: str, txn: tuple[str, int] | None = None
 ) -> Written:
-    """Append ``df`` as one new Delta table version (see the module docstring)."""
-    if has_delta_jars(spark) and txn is None:
-        df.write.format("delta").mode("append").save(out)
-        from deltalake import DeltaTable
-
-        return Written(None, DeltaTable(out).version())
-    from deltalake import Schema
-    from deltalake.transaction import AddAction, create_table_with_add_actions
-
-    run = f"export-{uuid.uuid4().hex[:16]}"
-    target = os.path.join(out, run)
-    with _conf(df.sparkSession, "spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS"):
-        df.write.mode("errorifexists").parquet(target)
-    files = _parquet_files(target)
-    actions, rows = [], 0
-    for f in files:
-        md = pq.read_metadata(f)
-        rows += md.num_rows
-        st = os.stat(f)
-        actions.append(
-            AddAction(
-                f"{run}/{os.path.basename(f)}",
-                st.st_size,
-                {},
-                int(st.st_mtime * 1000),
-                True,
-                json.dumps({"numRecords": md.num_rows}),
-            )
-        )
-    schema = pq.read_schema(files[0]) if files else df.limit(0).toArrow().schema
-    props = _commit_properties(txn)
-    table = _delta_table(out)
-    crashpoints.hit("export.before_commit")
-    if table is None:
-        create_table_with_add_actions(out, Schema.from_arrow(schema), actions, mode="append",
-                                      commit_properties=props)  # fmt: skip
-    else:
-        table.create_write_transaction(actions, mode="append", schema=schema,
-                                       commit_properties=props)  # fmt: skip
-    from deltalake import DeltaTable
-
-    return Written(rows, DeltaTable(out).version())
+    """Append ``df`` as one new table version, carrying the application transaction ``txn``
+    (delta-spark's ``txnAppId``/``txnVersion``: skipped if the table records it)."""
+    before, _ = _last_commit(spark, out)
+    writer = df.write.format("delta").mode("append")
+    if txn is not None:
+        writer = writer.option("txnAppId", txn[0]).option("txnVersion", txn[1])
+    writer.save(out)
+    return _committed(spark, out, before, "numOutputRows")
 
 
 def latest_per_key(df: DataFrame) -> DataFrame:
@@ -197,44 +198,32 @@ def latest_per_key(df: DataFrame) -> DataFrame:
     )
 
 
-def _micros(table: pa.Table) -> pa.Table:
-    """Timestamps in microseconds (Spark's ``toArrow`` may give nanoseconds, which would
-    make delta-rs turn on the timestampNanos table feature that Delta readers lack)."""
-    fields = [
-        pa.field(f.name, pa.timestamp("us", tz="UTC"), f.nullable)
-        if pa.types.is_timestamp(f.type) else f
-        for f in table.schema
-    ]  # fmt: skip
-    return table.cast(pa.schema(fields))
-
-
 def delta_upsert(
     spark: SparkSession, df: DataFrame, out: str, txn: tuple[str, int] | None = None
 ) -> Written:
-    """MERGE the last record of each key into the table on ``key``: update or insert live
-    rows, delete keys whose last record is a tombstone (column ``DELETED``)."""
-    from deltalake import DeltaTable, write_deltalake
+    """MERGE the last record of each key into the table on ``key`` (delta-spark, on the
+    executors): update or insert live rows, delete keys whose last record is a tombstone
+    (column ``DELETED``). A table that does not exist yet is created from the live rows.
+    Rows written: the keys merged."""
+    from delta.tables import DeltaTable
+    from pyspark.sql import functions as F
 
-    with _conf(df.sparkSession, "spark.sql.session.timeZone", "UTC"):
-        source = _micros(latest_per_key(df).toArrow())
-    live_mask = source.column(DELETED).to_pylist()
-    cols = [c for c in source.column_names if c != DELETED]
-    props = _commit_properties(txn)
-    table = _delta_table(out)
-    if table is None:
-        live = source.filter([not d for d in live_mask]).select(cols)
-        write_deltalake(out, live, mode="append", commit_properties=props)
-        return Written(live.num_rows, DeltaTable(out).version())
-    updates = {f'"{c}"': f's."{c}"' for c in cols}
-    (
-        table.merge(source, predicate='t."key" = s."key"', source_alias="s", target_alias="t",
-                    commit_properties=props)
-        .when_matched_delete(predicate=f's."{DELETED}" = true')
-        .when_matched_update(updates=updates, predicate=f's."{DELETED}" = false')
-        .when_not_matched_insert(updates=updates, predicate=f's."{DELETED}" = false')
-        .execute()
-    )  # fmt: skip
-    return Written(source.num_rows, DeltaTable(out).version())
+    source = latest_per_key(df)
+    cols = [c for c in source.columns if c != DELETED]
+    before, _ = _last_commit(spark, out)
+    if before is None:
+        return delta_append(spark, source.where(~F.col(DELETED)).select(*cols), out, txn)
+    values: dict[str, str | Column] = {f"`{c}`": f"s.`{c}`" for c in cols}
+    with _txn_conf(spark, txn):
+        (
+            DeltaTable.forPath(spark, out).alias("t")
+            .merge(source.alias("s"), "t.key = s.key")
+            .whenMatchedDelete(condition=f"s.`{DELETED}`")
+            .whenMatchedUpdate(condition=f"NOT s.`{DELETED}`", set=values)
+            .whenNotMatchedInsert(condition=f"NOT s.`{DELETED}`", values=values)
+            .execute()
+        )  # fmt: skip
+    return _committed(spark, out, before, "numSourceRows")
 
 
 # ---------------------------------------------------------------------------- runs
@@ -259,6 +248,7 @@ def write_once(
     """A one-off export of ``df`` (Kafka columns) in ``opts.format``."""
     if opts.format != "delta":
         return write_files(decode(df), opts)
+    require_delta(spark)
     if opts.upsert:
         return delta_upsert(spark, decode(with_tombstone_flag(df)), opts.out)
     return delta_append(spark, decode(df), opts.out)
@@ -274,18 +264,18 @@ def foreach_batch_delta(
     """The ``foreachBatch`` function of an incremental Delta export (exactly once); the
     rows each micro-batch commits are appended to ``written``."""
     app = app_id(opts)
+    require_delta(spark)
 
     def run(df: Any, batch_id: int) -> None:
-        table = _delta_table(opts.out)
-        done = table.transaction_version(app) if table is not None else None
-        if done is not None and done >= batch_id:
-            say(f"export: micro-batch {batch_id} was committed before (table version "
-                f"{table.version()}); skipped")  # fmt: skip
-            return
+        crashpoints.hit("export.before_write")
         if opts.upsert:
             w = delta_upsert(spark, decode(with_tombstone_flag(df)), opts.out, (app, batch_id))
         else:
             w = delta_append(spark, decode(df), opts.out, (app, batch_id))
+        if w.skipped:
+            say(f"export: micro-batch {batch_id} was committed before (table version "
+                f"{w.version}); skipped")  # fmt: skip
+            return
         crashpoints.hit("export.after_commit")
         written.append(w.rows or 0)
         say(f"export: micro-batch {batch_id}: {w.rows:,} rows committed as table version "

@@ -16,7 +16,6 @@ from typing import Any
 
 import fastavro
 import pytest
-from deltalake import DeltaTable
 
 from sparklog.export.job import export
 from sparklog.export.options import ExportUsageError, parse
@@ -87,9 +86,22 @@ def run(spark: Any, root: str, out: str, *args: str) -> Any:
                   progress=lambda _line: None)  # fmt: skip
 
 
+def delta_version(spark: Any, out: str) -> int:
+    from delta.tables import DeltaTable
+
+    return int(DeltaTable.forPath(spark, out).history(1).collect()[0]["version"])
+
+
+def delta_rows(spark: Any, out: str, version: int | None = None) -> list[dict[str, Any]]:
+    reader = spark.read.format("delta")
+    if version is not None:
+        reader = reader.option("versionAsOf", version)
+    return reader.load(out).toArrow().to_pylist()
+
+
 def rows_of(spark: Any, fmt: str, out: str) -> list[tuple]:
-    if fmt == "delta":
-        t = DeltaTable(out).to_pyarrow_table()
+    if fmt == "delta":  # read by delta-spark itself
+        t = spark.read.format("delta").load(out).toArrow()
         cols = [t.column(c).to_pylist() for c in ("partition", "offset", "key", "value")]
         ts = [int(x.timestamp() * 1000) for x in t.column("timestamp").to_pylist()]
         return sorted(zip(*cols, ts, strict=True))
@@ -123,7 +135,7 @@ def test_every_format_round_trips(spark: Any, root: str, tmp_path: Path, fmt: st
     assert rows_of(spark, fmt, str(tmp_path / fmt)) == sorted(model)
     assert result.offsets == 60
     if fmt == "delta":
-        assert DeltaTable(str(tmp_path / fmt)).version() == 0  # one commit for the run
+        assert delta_version(spark, str(tmp_path / fmt)) == 0  # one commit for the run
 
 
 def test_native_and_python_readers_export_the_same(spark: Any, root: str, tmp_path: Path) -> None:
@@ -136,7 +148,7 @@ def test_native_and_python_readers_export_the_same(spark: Any, root: str, tmp_pa
 
 def headers_of(spark: Any, fmt: str, out: str) -> list[tuple]:
     if fmt == "delta":
-        t = DeltaTable(out).to_pyarrow_table()
+        t = spark.read.format("delta").load(out).toArrow()
         got = zip(t.column("offset").to_pylist(), t.column("headers").to_pylist(), strict=True)
         return sorted((o, [(h["key"], h["value"]) for h in hs]) for o, hs in got)
     df = spark.read.format(fmt).load(out)
@@ -209,8 +221,7 @@ def test_decode_avro(spark: Any, root: str, tmp_path: Path, fmt: str) -> None:
     schema.write_text(json.dumps(AVRO))
     out = str(tmp_path / "a")
     run(spark, root, out, "--format", fmt, "--decode", "avro", "--schema", str(schema))
-    df = spark.read.parquet(out) if fmt == "parquet" else spark.createDataFrame(
-        DeltaTable(out).to_pyarrow_table().to_pylist())  # fmt: skip
+    df = spark.read.format(fmt).load(out)
     got = {(r["partition"], r["offset"]): (r["n"], r["status"], list(r["tags"] or []), r["amount"])
            for r in df.collect() if r["n"] is not None}  # fmt: skip
     assert len(got) == 2 * 3 * 8
@@ -233,14 +244,48 @@ def test_upsert_keeps_one_row_per_key_and_tombstones_delete(
         log.close()
     run(spark, root, out, "--format", "delta", "--upsert", "--starting-offsets",
         '{"t": {"0": 30, "1": 30}}')  # fmt: skip
-    table = DeltaTable(out)
-    assert table.version() == 1  # one version per run
-    rows = table.to_pyarrow_table().to_pylist()
+    assert delta_version(spark, out) == 1  # one version per run
+    rows = delta_rows(spark, out)
     keys = Counter(r["key"] for r in rows)
     assert set(keys.values()) == {1}  # one row per key
     # the last records of k0 and k7 are tombstones; k5 was deleted by the second run
     assert set(keys) == {b"k1", b"k2", b"k3", b"k4", b"k6", b"k8", b"k9"}
     assert next(r for r in rows if r["key"] == b"k3")["value"] == b'{"n": 99}'
+
+
+def test_delta_spark_reads_an_upsert_tables_history_and_versions(
+    spark: Any, root: str, tmp_path: Path
+) -> None:
+    from delta.tables import DeltaTable
+
+    out, ck = str(tmp_path / "up"), str(tmp_path / "ck")
+    fill(root)
+    args = ("--format", "delta", "--upsert", "--incremental", "--checkpoint", ck)
+    run(spark, root, out, *args)
+    storage = Storage(root)
+    log = storage.open_log("t", 0)  # k1 is deleted, k2 updated, k7 (a tombstone) comes back
+    log.append(make_records([None, b'{"n": 2}', b'{"n": 7}'], keys=[b"k1", b"k2", b"k7"],
+                            timestamps=[T0] * 3))  # fmt: skip
+    log.close()
+    run(spark, root, out, *args)
+    history = DeltaTable.forPath(spark, out).history().orderBy("version").collect()
+    assert [(h["version"], h["operation"]) for h in history] == [(0, "WRITE"), (1, "MERGE")]
+    merge = history[1]["operationMetrics"]
+    assert (merge["numTargetRowsDeleted"], merge["numTargetRowsUpdated"],
+            merge["numTargetRowsInserted"]) == ("1", "1", "1")  # fmt: skip
+
+    def live(version: int | None = None) -> dict[bytes, bytes]:
+        rows = delta_rows(spark, out, version)
+        assert len({r["key"] for r in rows}) == len(rows)  # one row per key
+        return {r["key"]: r["value"] for r in rows}
+
+    v0, v1 = live(0), live()  # the last record of k0 and k7 was a tombstone in version 0
+    assert set(v0) == {b"k%d" % j for j in (1, 2, 3, 4, 5, 6, 8, 9)}
+    assert set(v1) == {b"k%d" % j for j in (2, 3, 4, 5, 6, 7, 8, 9)}
+    assert v1[b"k2"] == b'{"n": 2}' and v1[b"k7"] == b'{"n": 7}'
+    assert v0[b"k2"] != b'{"n": 2}'  # version 0 as it was (time travel)
+    assert {k: v for k, v in v1.items() if k not in (b"k2", b"k7")} == {
+        k: v for k, v in v0.items() if k not in (b"k1", b"k2")}  # fmt: skip
 
 
 @pytest.mark.parametrize("fmt", ["parquet", "delta"])
@@ -256,7 +301,7 @@ def test_incremental_exports_only_what_is_new(
     run(spark, root, out, "--format", fmt, "--incremental", "--checkpoint", ck)
     assert rows_of(spark, fmt, out) == sorted(model)  # every record exactly once
     if fmt == "delta":
-        assert DeltaTable(out).version() == 1
+        assert delta_version(spark, out) == 1
 
 
 def _job(root: str, out: str, ck: str, *extra: str, crash_at: str | None = None) -> Any:
@@ -264,14 +309,14 @@ def _job(root: str, out: str, ck: str, *extra: str, crash_at: str | None = None)
     env.pop("SPARKLOG_CRASH_AT", None)
     if crash_at:
         env["SPARKLOG_CRASH_AT"] = crash_at
-    cmd = [sys.executable, str(ROOT / "jobs" / "export.py"), "--topic", "t", "--data-dir", root,
+    cmd = [str(ROOT / "spark-submit.sh"), "export", "--topic", "t", "--data-dir", root,
            "--out", out, "--incremental", "--checkpoint", ck, *extra]  # fmt: skip
     return subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True)  # fmt: skip
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("point", ["export.before_commit", "export.after_commit"])
+@pytest.mark.parametrize("point", ["export.before_write", "export.after_commit"])
 def test_a_delta_export_killed_at_a_crash_point_reruns_exactly_once(
     spark: Any, root: str, tmp_path: Path, point: str
 ) -> None:
@@ -375,7 +420,7 @@ def test_an_incremental_summary_tells_records_read_from_rows_written(
     result = export(spark, opts, progress=lambda _line: None)
     line = result.summary(opts)
     assert f"{result.records} records read" in line and f"{result.rows} rows written" in line
-    assert result.rows == DeltaTable(out).to_pyarrow_table().num_rows  # one row per live key
+    assert result.rows == len(delta_rows(spark, out))  # one row per live key
     assert result.records == 60 and result.rows < result.records, line
 
 
@@ -393,3 +438,14 @@ def test_the_job_exits_1_with_one_line_on_data_loss(root: str, tmp_path: Path) -
     assert proc.returncode == 1
     assert "FAILED (data loss)" in proc.stdout + proc.stderr
     assert "t-0: offsets 0..4" in proc.stdout + proc.stderr
+
+
+def test_delta_without_delta_sparks_jar_is_a_clear_usage_error(root: str, tmp_path: Path) -> None:
+    fill(root, rounds=1)
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "SPARKLOG_JARS": str(tmp_path / "no-jars")}
+    done = subprocess.run([sys.executable, str(ROOT / "jobs" / "export.py"), "--topic", "t",
+                           "--data-dir", root, "--out", str(tmp_path / "d"), "--format", "delta"],
+                          env=env, capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    assert "this Spark session has no delta-spark jar: run `make setup`" in done.stderr
+    assert not (tmp_path / "d").exists()  # nothing written
