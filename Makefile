@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed-dev
 
 .PHONY: demo test lint typecheck unit bench clean setup
 
-$(STAMP): pyproject.toml scripts/setup.sh scripts/jars.py $(wildcard jvm/*/pom.xml)
+$(STAMP): pyproject.toml setup.py sparklog/_columns.c scripts/setup.sh scripts/jars.py $(wildcard jvm/*/pom.xml)
 	PYTHON=$(PYTHON) VENV=$(VENV) bash scripts/setup.sh
 	touch $@
 

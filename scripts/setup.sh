@@ -27,6 +27,19 @@ if ! command -v kcat >/dev/null 2>&1; then
   fi
 fi
 
+# A C compiler builds sparklog._columns, the produce path's record decoder (setup.py);
+# without one the install still works and decodes through aiokafka's codec, slower.
+if ! command -v cc >/dev/null 2>&1; then
+  if [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then
+    echo "sparklog: installing gcc (Debian package) to build sparklog._columns"
+    DEBIAN_FRONTEND=noninteractive apt-get update -qq >/dev/null
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq gcc libc6-dev >/dev/null
+  else
+    echo "sparklog: no C compiler; sparklog._columns is not built and produce decodes" \
+         "through aiokafka's codec (Debian/Ubuntu: apt-get install gcc)" >&2
+  fi
+fi
+
 if [ ! -x "$VENV/bin/python" ]; then
   "$PYTHON" -m venv "$VENV"
 fi

@@ -21,6 +21,7 @@ the producer state is rebuilt from exactly these columns (``sparklog.storage.pro
 from __future__ import annotations
 
 import functools
+import struct
 from collections.abc import Sequence
 
 import pyarrow as pa
@@ -191,9 +192,20 @@ def normalize(
 
 
 def _data_bytes(col: pa.Array) -> int:
-    if len(col) == 0:
+    """Bytes of a binary or string array's values: the difference of its first and last
+    offsets (a null's offsets are equal), read from the offsets buffer - a per-batch cost
+    that does not grow with the batch, where a compute kernel costs ~10 us per call."""
+    n = len(col)
+    if n == 0:
         return 0
-    return int(pc.sum(pc.binary_length(col)).as_py() or 0)
+    offsets = col.buffers()[1]
+    if offsets is None:
+        return 0
+    fmt = "<q" if pa.types.is_large_binary(col.type) or pa.types.is_large_string(col.type) else "<i"
+    width = struct.calcsize(fmt)
+    (lo,) = struct.unpack_from(fmt, offsets, width * col.offset)
+    (hi,) = struct.unpack_from(fmt, offsets, width * (col.offset + n))
+    return int(hi - lo)
 
 
 def payload_bytes(batch: pa.RecordBatch) -> int:
@@ -209,5 +221,5 @@ def payload_bytes(batch: pa.RecordBatch) -> int:
 
 
 def max_timestamp(batch: pa.RecordBatch) -> int:
-    ts = pc.max(batch.column("timestamp").cast(pa.int64())).as_py()
-    return int(ts) if ts is not None else -1
+    ts = pc.max(batch.column("timestamp"))
+    return int(ts.value) if ts.is_valid else -1

@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import cramjam
+import pyarrow as pa
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -193,3 +194,74 @@ def test_decode_batch_snappy_negative_xerial_chunk_size_terminates() -> None:
     except Hang as e:
         pytest.fail(f"decode_batch hangs on a negative xerial chunk size: {e}")
     assert isinstance(result, CorruptBatchError)
+
+
+# ---------------------------------------------------------------------------- the C decoder
+
+
+needs_c = pytest.mark.skipif(
+    __import__("sparklog.kafka.records", fromlist=["_columns"])._columns is None,
+    reason="sparklog._columns is not built",
+)
+
+
+def _both(raw: bytes) -> tuple[list[Any] | BatchError, list[Any] | BatchError]:
+    """The columns ``sparklog._columns`` decodes and those aiokafka's codec decodes (or the
+    BatchError each raised), for an uncompressed batch."""
+    from sparklog.kafka import records as r
+
+    head = struct.unpack_from(">qiibIhiqqqhii", raw, 0)
+    attributes, base_ts, max_ts, count = head[5], head[7], head[8], head[12]
+    section = memoryview(raw)[HEADER_SIZE:]
+    out: list[list[Any] | BatchError] = []
+    for decode in (
+        lambda: r._native_columns(section, count, base_ts, (attributes >> 3) & 1, max_ts),
+        lambda: r._record_columns(memoryview(raw), attributes, section, count),
+    ):
+        try:
+            cols = decode()
+            # timestamps as int64: a mutated one may lie beyond what datetime holds
+            plain = [cols[0].view(pa.int64()), *cols[1:]] if cols is not None else None
+            out.append([c.to_pylist() for c in plain] if plain is not None else None)  # type: ignore[arg-type]
+        except BatchError as e:
+            out.append(e)
+    return out[0], out[1]
+
+
+def test_the_c_decoder_is_built() -> None:
+    """CI builds it (setup.sh installs gcc where it can); elsewhere a missing compiler is a
+    skip that says so, as the broker then decodes through aiokafka's codec."""
+    from sparklog.kafka import records
+
+    if records._columns is None and not os.environ.get("CI"):
+        pytest.skip("sparklog._columns is not built (no C compiler when setup.py ran)")
+    assert records._columns is not None, "sparklog._columns was not compiled (setup.py)"
+
+
+@needs_c
+@FAST
+@given(st.lists(RECORD, min_size=1, max_size=12), PRODUCERS, st.booleans())
+def test_the_c_decoder_decodes_what_aiokafka_decodes(
+    records: list, producer: tuple, log_append_time: bool
+) -> None:
+    raw = bytearray(valid_batch(records, 0, producer))
+    if log_append_time:  # attributes bit 3, CRC recomputed
+        struct.pack_into(">h", raw, 21, struct.unpack_from(">h", raw, 21)[0] | 8)
+        raw = bytearray(rf.set_crc(bytes(raw)))
+    native, codec = _both(bytes(raw))
+    has_headers = any(r[2] for r in records)
+    assert native == (None if has_headers else codec)
+
+
+@needs_c
+@settings(max_examples=2 * EXAMPLES, deadline=None)
+@given(VALID_BATCHES, MUTATIONS)
+def test_the_c_decoder_accepts_only_what_aiokafka_accepts(raw: bytes, mutations: list) -> None:
+    data = mutate(raw, mutations)
+    if len(data) < HEADER_SIZE or data[21] & 7:  # compressed: decompression is shared
+        return
+    native, codec = _both(data)
+    if isinstance(native, list):
+        assert native == codec  # accepted: the same records as aiokafka's decoder reads
+    elif isinstance(native, BatchError):
+        assert isinstance(native, CorruptBatchError)
