@@ -1,5 +1,6 @@
 /* sparklog._columns: the records of one Kafka record batch (magic 2), decoded straight
- * into the buffers of Arrow columns, with no Python object per record.
+ * into the buffers of Arrow columns and encoded straight from them (encode_records, below),
+ * with no Python object per record.
  *
  *   decode_records(records, count, base_timestamp, log_append_time, max_timestamp)
  *
@@ -162,10 +163,119 @@ done:
     return result;
 }
 
+/* ------------------------------------------------------------------------- encoding */
+
+static int varint_size(uint64_t zz) {
+    int n = 1;
+    while (zz >= 0x80) { zz >>= 7; n++; }
+    return n;
+}
+
+static uint64_t zigzag(int64_t v) { return ((uint64_t)v << 1) ^ (uint64_t)(v >> 63); }
+
+static uint8_t *write_varint(uint8_t *p, int64_t v) {
+    uint64_t zz = zigzag(v);
+    while (zz >= 0x80) { *p++ = (uint8_t)(zz | 0x80); zz >>= 7; }
+    *p++ = (uint8_t)zz;
+    return p;
+}
+
+static int is_valid(const Py_buffer *bitmap, Py_ssize_t i) {
+    if (bitmap->buf == NULL) return 1;
+    return (((const uint8_t *)bitmap->buf)[i >> 3] >> (i & 7)) & 1;
+}
+
+/* encode_records(offsets, timestamps, offsets_at, timestamps_at,
+ *                key_validity, key_offsets, key_data, key_at,
+ *                value_validity, value_offsets, value_data, value_at, start, stop)
+ *
+ * Rows [start, stop) of stored Arrow columns as the records section of one Kafka record
+ * batch without headers (uncompressed), and its base and max timestamps:
+ * (records bytes, base_timestamp, max_timestamp). ``offsets`` and ``timestamps`` are int64
+ * data buffers; keys and values are binary arrays given as validity (None: no nulls),
+ * int32 offsets and data buffers; each ``*_at`` is that array's own offset into its buffers.
+ * Offset deltas are taken from the offsets column (compacted logs have gaps). */
+static PyObject *encode_records(PyObject *Py_UNUSED(self), PyObject *args) {
+    Py_buffer ob, tb, kvb = {0}, kob, kdb = {0}, vvb = {0}, vob, vdb = {0};
+    PyObject *kv_o, *kd_o, *vv_o, *vd_o;
+    Py_ssize_t o_at, t_at, k_at, v_at, start, stop;
+    PyObject *result = NULL, *out = NULL;
+    if (!PyArg_ParseTuple(args, "y*y*nnOy*On" "Oy*Onnn", &ob, &tb, &o_at, &t_at,
+                          &kv_o, &kob, &kd_o, &k_at, &vv_o, &vob, &vd_o, &v_at, &start, &stop))
+        return NULL;
+    int ok = 1;
+    if (kv_o != Py_None && PyObject_GetBuffer(kv_o, &kvb, PyBUF_SIMPLE)) ok = 0;
+    if (ok && kd_o != Py_None && PyObject_GetBuffer(kd_o, &kdb, PyBUF_SIMPLE)) ok = 0;
+    if (ok && vv_o != Py_None && PyObject_GetBuffer(vv_o, &vvb, PyBUF_SIMPLE)) ok = 0;
+    if (ok && vd_o != Py_None && PyObject_GetBuffer(vd_o, &vdb, PyBUF_SIMPLE)) ok = 0;
+    if (!ok) goto done;
+    Py_ssize_t n = stop - start;
+    if (start < 0 || n <= 0
+        || (o_at + stop) * 8 > ob.len || (t_at + stop) * 8 > tb.len
+        || (k_at + stop + 1) * 4 > kob.len || (v_at + stop + 1) * 4 > vob.len
+        || (kvb.buf && (k_at + stop + 7) / 8 > kvb.len)
+        || (vvb.buf && (v_at + stop + 7) / 8 > vvb.len)) {
+        PyErr_SetString(PyExc_ValueError, "rows out of the columns' buffers");
+        goto done;
+    }
+    const int64_t *offs = (const int64_t *)ob.buf + o_at;
+    const int64_t *ts = (const int64_t *)tb.buf + t_at;
+    const int32_t *ko = (const int32_t *)kob.buf + k_at;
+    const int32_t *vo = (const int32_t *)vob.buf + v_at;
+    const uint8_t *kd = (const uint8_t *)kdb.buf, *vd = (const uint8_t *)vdb.buf;
+    int64_t kbytes = (int64_t)ko[stop] - ko[start], vbytes = (int64_t)vo[stop] - vo[start];
+    if (kbytes < 0 || vbytes < 0 || (kbytes && (!kd || ko[stop] > kdb.len))
+        || (vbytes && (!vd || vo[stop] > vdb.len))) {
+        PyErr_SetString(PyExc_ValueError, "key or value offsets out of their data buffers");
+        goto done;
+    }
+    out = PyBytes_FromStringAndSize(NULL, 40 * n + kbytes + vbytes);
+    if (!out) goto done;
+    uint8_t *p = (uint8_t *)PyBytes_AS_STRING(out);
+    int64_t base_offset = offs[start], base_ts = ts[start], max_ts = ts[start];
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t i = start; i < stop; i++) {
+        int64_t tsd = ts[i] - base_ts, od = offs[i] - base_offset;
+        if (ts[i] > max_ts) max_ts = ts[i];
+        int kvalid = is_valid(&kvb, k_at + i), vvalid = is_valid(&vvb, v_at + i);
+        int64_t kl = kvalid ? (int64_t)ko[i + 1] - ko[i] : -1;
+        int64_t vl = vvalid ? (int64_t)vo[i + 1] - vo[i] : -1;
+        int64_t body = 1 + varint_size(zigzag(tsd)) + varint_size(zigzag(od))
+                       + varint_size(zigzag(kl)) + (kl > 0 ? kl : 0)
+                       + varint_size(zigzag(vl)) + (vl > 0 ? vl : 0) + 1;
+        p = write_varint(p, body);
+        *p++ = 0; /* attributes */
+        p = write_varint(p, tsd);
+        p = write_varint(p, od);
+        p = write_varint(p, kl);
+        if (kl > 0) { memcpy(p, kd + ko[i], (size_t)kl); p += kl; }
+        p = write_varint(p, vl);
+        if (vl > 0) { memcpy(p, vd + vo[i], (size_t)vl); p += vl; }
+        *p++ = 0; /* no headers */
+    }
+    Py_END_ALLOW_THREADS
+    if (_PyBytes_Resize(&out, (Py_ssize_t)(p - (uint8_t *)PyBytes_AS_STRING(out)))) goto done;
+    result = Py_BuildValue("(OLL)", out, (long long)base_ts, (long long)max_ts);
+done:
+    Py_XDECREF(out);
+    PyBuffer_Release(&ob);
+    PyBuffer_Release(&tb);
+    PyBuffer_Release(&kob);
+    PyBuffer_Release(&vob);
+    if (kvb.obj) PyBuffer_Release(&kvb);
+    if (kdb.obj) PyBuffer_Release(&kdb);
+    if (vvb.obj) PyBuffer_Release(&vvb);
+    if (vdb.obj) PyBuffer_Release(&vdb);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"decode_records", decode_records, METH_VARARGS,
      "decode_records(records, count, base_timestamp, log_append_time, max_timestamp): the "
      "Arrow column buffers of a record batch's records, None if a record has headers."},
+    {"encode_records", encode_records, METH_VARARGS,
+     "encode_records(...): rows of stored Arrow columns as a record batch's records section "
+     "(no headers), with its base and max timestamps."},
     {NULL, NULL, 0, NULL},
 };
 

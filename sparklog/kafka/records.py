@@ -309,29 +309,75 @@ def build_batch(
     return bytes(data)
 
 
+def _encode_native(
+    batch: pa.RecordBatch, start: int, stop: int, *, producer: tuple[int, int, int],
+    log_append_time: bool,
+) -> bytes:
+    """Rows [start, stop) of a stored batch with no headers as one uncompressed record
+    batch, its records written by ``sparklog._columns.encode_records``: the bytes
+    ``build_batch`` builds for them (aiokafka's layout: partitionLeaderEpoch -1)."""
+    assert _columns is not None
+
+    def binary(name: str) -> tuple[Any, Any, Any, int]:
+        col = batch.column(name)
+        validity, offsets, data = col.buffers()
+        return (validity if col.null_count else None), offsets, data, col.offset
+
+    off, ts = batch.column("offset"), batch.column("timestamp")
+    records, base_ts, max_ts = _columns.encode_records(
+        off.buffers()[1], ts.buffers()[1], off.offset, ts.offset,
+        *binary("key"), *binary("value"), start, stop,
+    )  # fmt: skip
+    offsets = off.buffers()[1]
+    base_offset, last = struct.unpack_from("<q", offsets, 8 * (off.offset + start))[0], (
+        struct.unpack_from("<q", offsets, 8 * (off.offset + stop - 1))[0]
+    )
+    pid, epoch, seq = producer
+    attributes = TIMESTAMP_TYPE_BIT if log_append_time else 0
+    tail = _TAIL.pack(attributes, last - base_offset, base_ts, max_ts, pid, epoch, seq,
+                      stop - start) + records  # fmt: skip
+    head = _HEAD.pack(base_offset, len(tail) + 9, -1, 2, crc32c.crc32c(tail))
+    return head + tail
+
+
+#: the batch header before the CRC (baseOffset .. crc) and after it (attributes .. count)
+_HEAD = struct.Struct(">qiibI")
+_TAIL = struct.Struct(">hiqqqhii")
+
+
 def encode_batches(
     batches: Iterable[pa.RecordBatch], *, codec: int = 0, max_records: int = 4096
 ) -> bytes:
-    """Stored Arrow batches as Kafka record batches of at most ``max_records`` records."""
+    """Stored Arrow batches as Kafka record batches of at most ``max_records`` records:
+    uncompressed and headerless ones by ``sparklog._columns`` (no Python object per
+    record), the others record by record through aiokafka's builder."""
     out = bytearray()
     for batch in batches:
         n = batch.num_rows
         if not n:
             continue
-        offsets = batch.column("offset").to_pylist()
-        ts = batch.column("timestamp").cast(pa.int64()).to_pylist()
-        keys = batch.column("key").to_pylist()
-        values = batch.column("value").to_pylist()
         hcol = batch.column("headers")
-        headers = (
-            [[(h["key"], h["value"]) for h in hs] for hs in hcol.to_pylist()]
-            if hcol.offsets[-1].as_py() - hcol.offsets[0].as_py()
-            else None
-        )
+        has_headers = bool(hcol.offsets[-1].as_py() - hcol.offsets[0].as_py())
         log_append_time = batch.column("timestamp_type")[0].as_py() == 1
         pid = batch.column("producer_id")[0].as_py()
         epoch = batch.column("producer_epoch")[0].as_py()
         seq0 = batch.column("sequence")[0].as_py()
+        if _columns is not None and not codec and not has_headers:
+            for start in range(0, n, max_records):
+                seq = seq0 if start == 0 else -1
+                out += _encode_native(batch, start, min(n, start + max_records),
+                                      producer=(pid, epoch, seq),
+                                      log_append_time=log_append_time)  # fmt: skip
+            continue
+        offsets = batch.column("offset").to_pylist()
+        ts = batch.column("timestamp").cast(pa.int64()).to_pylist()
+        keys = batch.column("key").to_pylist()
+        values = batch.column("value").to_pylist()
+        headers = (
+            [[(h["key"], h["value"]) for h in hs] for hs in hcol.to_pylist()]
+            if has_headers
+            else None
+        )
         for start in range(0, n, max_records):
             stop = min(n, start + max_records)
             base = offsets[start]
