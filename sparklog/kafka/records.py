@@ -310,7 +310,11 @@ def build_batch(
 
 
 def _encode_native(
-    batch: pa.RecordBatch, start: int, stop: int, *, producer: tuple[int, int, int],
+    batch: pa.RecordBatch,
+    start: int,
+    stop: int,
+    *,
+    producer: tuple[int, int, int],
     log_append_time: bool,
 ) -> bytes:
     """Rows [start, stop) of a stored batch with no headers as one uncompressed record
@@ -329,13 +333,12 @@ def _encode_native(
         *binary("key"), *binary("value"), start, stop,
     )  # fmt: skip
     offsets = off.buffers()[1]
-    base_offset, last = struct.unpack_from("<q", offsets, 8 * (off.offset + start))[0], (
-        struct.unpack_from("<q", offsets, 8 * (off.offset + stop - 1))[0]
-    )
+    (base_offset,) = struct.unpack_from("<q", offsets, 8 * (off.offset + start))
+    (last,) = struct.unpack_from("<q", offsets, 8 * (off.offset + stop - 1))
     pid, epoch, seq = producer
     attributes = TIMESTAMP_TYPE_BIT if log_append_time else 0
-    tail = _TAIL.pack(attributes, last - base_offset, base_ts, max_ts, pid, epoch, seq,
-                      stop - start) + records  # fmt: skip
+    tail: bytes = _TAIL.pack(attributes, last - base_offset, base_ts, max_ts, pid, epoch, seq,
+                             stop - start) + records  # fmt: skip
     head = _HEAD.pack(base_offset, len(tail) + 9, -1, 2, crc32c.crc32c(tail))
     return head + tail
 
