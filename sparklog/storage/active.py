@@ -288,10 +288,7 @@ class ActiveSegment:
             crc = crc32c.crc32c(pad, value=crc)
         header = FRAME_MAGIC + struct.pack("<I", crc) + rest
         h = FrameHeader(self.size, plen, batch.num_rows, self.next_offset, maxts, crc)
-        self._file.write(header)
-        self._file.write(payload)
-        if pad:
-            self._file.write(pad)
+        self._file.write_parts([header, payload, pad] if pad else [header, payload])
         if self._since_index >= self.interval:
             self._oidx_file.write(self.offset_index.append(h.base_offset, h.position))
             if self.max_timestamp != _NO_TIMESTAMP:

@@ -211,13 +211,12 @@ def _data_bytes(col: pa.Array) -> int:
 def payload_bytes(batch: pa.RecordBatch) -> int:
     """Bytes of keys, values and header keys and values: what ``max.message.bytes`` limits
     (data only; Arrow's offsets and validity bitmaps are not the producer's bytes)."""
-    headers = batch.column("headers").flatten()
-    return (
-        _data_bytes(batch.column("key"))
-        + _data_bytes(batch.column("value"))
-        + _data_bytes(headers.field("key"))
-        + _data_bytes(headers.field("value"))
-    )
+    data = _data_bytes(batch.column("key")) + _data_bytes(batch.column("value"))
+    lists = batch.column("headers")
+    if not len(lists) or lists.offsets[0] == lists.offsets[-1]:  # no headers at all
+        return data
+    headers = lists.flatten()
+    return data + _data_bytes(headers.field("key")) + _data_bytes(headers.field("value"))
 
 
 def max_timestamp(batch: pa.RecordBatch) -> int:

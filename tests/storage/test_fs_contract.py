@@ -324,6 +324,20 @@ def test_append_write_returns_bytes_written_and_grows_size(backend: Backend) -> 
         f.close()
 
 
+def test_write_parts_appends_the_parts_in_order(backend: Backend) -> None:
+    p = backend.path("seg.arrow")
+    f = backend.fs.open_append(p)
+    try:
+        f.write(b"head:")
+        big = bytes(range(256)) * 4096  # 1 MiB: writev may take it in pieces
+        assert f.write_parts([b"abc", pa.py_buffer(big), memoryview(b"xyz")]) == 6 + len(big)
+        assert f.size == 5 + 6 + len(big)
+        f.sync()
+        assert backend.fs.read_buffer(p).to_pybytes() == b"head:abc" + big + b"xyz"
+    finally:
+        f.close()
+
+
 def test_appended_bytes_are_readable_after_sync(backend: Backend) -> None:
     """The active segment is written through open_append and read (by the same process and
     by others) through read_buffer while the append file stays open."""

@@ -43,6 +43,9 @@ class ArrowAppendFile:
         self._size += n
         return n
 
+    def write_parts(self, parts: list[bytes | memoryview | pa.Buffer]) -> int:
+        return sum(self.write(part) for part in parts)
+
     def sync(self) -> None:
         # A flushed stream is not published on every store (the in-memory one, object-like
         # stores) until it is closed: close it and reopen for the next appends.

@@ -42,6 +42,22 @@ class LocalAppendFile:
         self._size += total
         return total
 
+    def write_parts(self, parts: list[bytes | memoryview | pa.Buffer]) -> int:
+        """One ``writev`` for all parts (a frame's header, payload and padding); a short
+        write, rare on a local file, is completed part by part."""
+        views = [memoryview(p) for p in parts]
+        want = sum(len(v) for v in views)
+        done = os.writev(self._fd, views)
+        self._size += done
+        if done < want:
+            for v in views:
+                if done >= len(v):
+                    done -= len(v)
+                    continue
+                self.write(v[done:])
+                done = 0
+        return want
+
     def sync(self) -> None:
         os.fdatasync(self._fd)
 
