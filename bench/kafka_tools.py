@@ -1,8 +1,9 @@
 """Apache Kafka's own performance tools against sparklog and Apache Kafka 4.3.1, one run.
 
 The tools (Java, from the jars ``make setup`` fetches into ``.jars/kafka``), each run against
-a sparklog broker process and a single-node KRaft Apache Kafka 4.3.1 (``bench/_kafka.py``,
-its default flush policy), both on loopback with fresh data dirs:
+a sparklog broker process and a single-node KRaft Apache Kafka 4.3.1 (``bench/_kafka.py``)
+twice - its default flush policy (acked from the page cache), and ``flush.messages=1`` (an
+fsync before each ack, as sparklog acks) - all on loopback with fresh data dirs:
 
 * ``org.apache.kafka.tools.ProducerPerformance``: ``--records`` records of 100 bytes (no
   key) into a 4-partition topic, ``acks=all``, as fast as the Java producer goes
@@ -16,7 +17,7 @@ its default flush policy), both on loopback with fresh data dirs:
   a time (produce with ``acks=all``, consume it back) on a 1-partition topic; p50/p99/p99.9.
 
 The tools print their own figures; this script parses them and prints one table with the
-ratio sparklog / Kafka.
+ratios sparklog / Kafka.
 
     .venv/bin/python bench/kafka_tools.py --quick   # 500k records, 2,000 round trips
     .venv/bin/python bench/kafka_tools.py           # 5M records, 10,000 round trips
@@ -144,16 +145,18 @@ def main() -> int:
             figures["sparklog"] = f = ToolFigures()
             run_tools(broker.bootstrap, broker.cpu_seconds, args, f)
             print("sparklog:\n  " + "\n  ".join(f.lines), flush=True)
-        os.sync()
-        with KafkaServer(os.path.join(tmp, "kafka")) as kafka:
-            figures["kafka"] = k = ToolFigures()
-            run_tools(kafka.bootstrap, kafka.cpu_seconds, args, k)
-            print("Apache Kafka 4.3.1:\n  " + "\n  ".join(k.lines), flush=True)
-    f, k = figures["sparklog"], figures["kafka"]
+        for label, flush in (("kafka", None), ("kafka-flush", 1)):
+            os.sync()
+            with KafkaServer(os.path.join(tmp, label), flush_messages=flush) as kafka:
+                figures[label] = k = ToolFigures()
+                run_tools(kafka.bootstrap, kafka.cpu_seconds, args, k)
+                print(f"Apache Kafka 4.3.1 ({label}):\n  " + "\n  ".join(k.lines), flush=True)
+    f, k, kf = figures["sparklog"], figures["kafka"], figures["kafka-flush"]
 
     def row(name: str, get: Callable[[ToolFigures], Any], fmt: str, better: str) -> list[str]:
-        a, b = get(f), get(k)
-        return [name, format(a, fmt), format(b, fmt), f"{a / b:.2f}" if b else "", better]
+        a, b, c = get(f), get(k), get(kf)
+        return [name, format(a, fmt), format(b, fmt), format(c, fmt),
+                f"{a / b:.2f}" if b else "", f"{a / c:.2f}" if c else "", better]  # fmt: skip
 
     rows = [
         row("ProducerPerformance records/s", lambda x: x.produce_rps, ",.0f", "higher"),
@@ -172,7 +175,8 @@ def main() -> int:
     print()
     print(f"Kafka's performance tools, {args.records:,} records of 100 B, acks=all; "
           f"{args.e2e_records:,} end-to-end round trips; {time.strftime('%Y-%m-%d')}")  # fmt: skip
-    print(fmt_table(["", "sparklog", "Apache Kafka 4.3.1", "sparklog/Kafka", "better"], rows))
+    print(fmt_table(["", "sparklog", "Kafka 4.3.1", "Kafka, flush.messages=1", "/Kafka",
+                     "/Kafka flush", "better"], rows))  # fmt: skip
     print(f"\nload average {load_average()}; total {time.perf_counter() - started:.0f} s")
     return 0
 
