@@ -51,6 +51,24 @@ static int read_varint(cursor *c, int max_bytes, int64_t *out) {
     return -2;
 }
 
+/* one nullable bytes field (the key or the value) of record i into a binary column:
+ * data appended at *len, offsets[i + 1] set, validity bit set or *nulls counted */
+static int read_field(cursor *r, Py_ssize_t i, uint8_t *data, Py_ssize_t *len,
+                      int32_t *offsets, uint8_t *validity, Py_ssize_t *nulls) {
+    int64_t n;
+    if (read_varint(r, 5, &n) || n < -1 || n > r->end - r->p) return -1;
+    if (n >= 0) {
+        memcpy(data + *len, r->p, (size_t)n);
+        *len += n;
+        r->p += n;
+        validity[i >> 3] |= (uint8_t)(1u << (i & 7));
+    } else {
+        (*nulls)++;
+    }
+    offsets[i + 1] = (int32_t)*len;
+    return 0;
+}
+
 static PyObject *corrupt(const char *what, Py_ssize_t index) {
     PyErr_Format(PyExc_ValueError, "record %zd: %s", index, what);
     return NULL;
@@ -92,7 +110,7 @@ static PyObject *decode_records(PyObject *Py_UNUSED(self), PyObject *args) {
     ko[0] = vo[0] = 0;
     Py_BEGIN_ALLOW_THREADS
     for (Py_ssize_t i = 0; i < count; i++) {
-        int64_t length, ts_delta, offset_delta, n, header_count;
+        int64_t length, ts_delta, offset_delta, header_count;
         if (read_varint(&c, 5, &length) || length < 0 || length > c.end - c.p) {
             status = 2; bad = i; break;
         }
@@ -104,28 +122,10 @@ static PyObject *decode_records(PyObject *Py_UNUSED(self), PyObject *args) {
             status = 2; bad = i; break;
         }
         tsp[i] = log_append ? max_ts : base_ts + ts_delta;
-        /* key */
-        if (read_varint(&r, 5, &n) || n < -1 || n > r.end - r.p) { status = 2; bad = i; break; }
-        if (n >= 0) {
-            memcpy(kd + klen, r.p, (size_t)n);
-            klen += n;
-            r.p += n;
-            kv[i >> 3] |= (uint8_t)(1u << (i & 7));
-        } else {
-            knulls++;
+        if (read_field(&r, i, kd, &klen, ko, kv, &knulls)
+            || read_field(&r, i, vd, &vlen, vo, vv, &vnulls)) {
+            status = 2; bad = i; break;
         }
-        ko[i + 1] = (int32_t)klen;
-        /* value */
-        if (read_varint(&r, 5, &n) || n < -1 || n > r.end - r.p) { status = 2; bad = i; break; }
-        if (n >= 0) {
-            memcpy(vd + vlen, r.p, (size_t)n);
-            vlen += n;
-            r.p += n;
-            vv[i >> 3] |= (uint8_t)(1u << (i & 7));
-        } else {
-            vnulls++;
-        }
-        vo[i + 1] = (int32_t)vlen;
         if (read_varint(&r, 5, &header_count) || header_count < 0) {
             status = 2; bad = i; break;
         }
