@@ -27,6 +27,19 @@ if ! command -v kcat >/dev/null 2>&1; then
   fi
 fi
 
+# etcd (Debian's etcd-server) is cluster mode's coordination service; the cluster tests
+# start their own members on loopback.
+if ! command -v etcd >/dev/null 2>&1; then
+  if [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then
+    echo "sparklog: installing etcd-server (Debian package) for the cluster tests"
+    DEBIAN_FRONTEND=noninteractive apt-get update -qq >/dev/null
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq etcd-server >/dev/null
+  else
+    echo "sparklog: etcd is not installed; the cluster tests will be skipped" \
+         "(Debian/Ubuntu: apt-get install etcd-server)" >&2
+  fi
+fi
+
 # A C compiler builds sparklog._columns, the produce path's record decoder (setup.py);
 # without one the install still works and decodes through aiokafka's codec, slower.
 if ! command -v cc >/dev/null 2>&1; then

@@ -143,3 +143,94 @@ class BrokerProcess:
             self.stop()
         finally:
             self.kill()
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class EtcdCluster:
+    """``members`` etcd servers (Debian's ``etcd-server``, ``etcd`` on the PATH) on loopback
+    in one cluster, each with its data dir under ``work_dir``: the coordination service of
+    cluster mode in the tests, benchmarks and the cluster demo.
+
+    ``endpoints`` is the ``HOST:PORT,...`` list brokers take (``--etcd``). ``stop_member(i)``
+    SIGKILLs one member and ``start_member(i)`` brings it back on its ports and data dir, so
+    a test can take a minority (or the quorum) down. The children die with their parent.
+    """
+
+    def __init__(self, work_dir: str, members: int = 1) -> None:
+        self.work_dir = Path(work_dir)
+        self.client_ports = [_free_port() for _ in range(members)]
+        self.peer_ports = [_free_port() for _ in range(members)]
+        self.procs: list[subprocess.Popen[bytes] | None] = [None] * members
+        self.token = f"sparklog-{os.getpid()}-{time.monotonic_ns()}"
+
+    @property
+    def endpoints(self) -> str:
+        return ",".join(f"127.0.0.1:{p}" for p in self.client_ports)
+
+    def _cmd(self, i: int) -> list[str]:
+        cluster = ",".join(f"m{j}=http://127.0.0.1:{p}" for j, p in enumerate(self.peer_ports))
+        return [
+            "etcd", "--name", f"m{i}", "--data-dir", str(self.work_dir / f"m{i}"),
+            "--listen-client-urls", f"http://127.0.0.1:{self.client_ports[i]}",
+            "--advertise-client-urls", f"http://127.0.0.1:{self.client_ports[i]}",
+            "--listen-peer-urls", f"http://127.0.0.1:{self.peer_ports[i]}",
+            "--initial-advertise-peer-urls", f"http://127.0.0.1:{self.peer_ports[i]}",
+            "--initial-cluster", cluster, "--initial-cluster-token", self.token,
+            "--initial-cluster-state", "new",
+            # loopback: short heartbeats, so a lost leader is replaced within a second
+            "--heartbeat-interval", "50", "--election-timeout", "500",
+        ]  # fmt: skip
+
+    def start_member(self, i: int) -> None:
+        log = open(self.work_dir / f"m{i}.log", "ab")  # noqa: SIM115 - the child owns it
+        self.procs[i] = subprocess.Popen(
+            self._cmd(i), stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+            preexec_fn=die_with_parent,
+        )  # fmt: skip
+        log.close()
+
+    def stop_member(self, i: int) -> None:
+        proc = self.procs[i]
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        self.procs[i] = None
+
+    def start(self, timeout: float = 30.0) -> EtcdCluster:
+        import shutil
+        import socket
+
+        if shutil.which("etcd") is None:
+            raise RuntimeError("etcd is not installed (Debian: apt-get install etcd-server)")
+        self.work_dir.mkdir(parents=True, exist_ok=True)
+        for i in range(len(self.procs)):
+            self.start_member(i)
+        deadline = time.monotonic() + timeout
+        for port in self.client_ports:
+            while True:
+                try:
+                    with socket.create_connection(("127.0.0.1", port), timeout=1):
+                        break
+                except OSError:
+                    if time.monotonic() > deadline:
+                        self.stop()
+                        raise RuntimeError(f"etcd did not listen on {port}") from None
+                    time.sleep(0.05)
+        return self
+
+    def stop(self) -> None:
+        for i in range(len(self.procs)):
+            self.stop_member(i)
+
+    def __enter__(self) -> EtcdCluster:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

@@ -89,6 +89,8 @@ def _raw_imports_of(prefix: str) -> dict[str, set[str]]:
         ("sparklog.broker", ("sparklog.datasource", "sparklog.compaction", "sparklog.export")),
         ("sparklog.kafka", ("sparklog.broker", "sparklog.datasource")),
         ("sparklog.storage", ("sparklog.broker", "sparklog.datasource", "sparklog.kafka")),
+        # cluster coordination serves brokers: it knows nothing of Spark or the jobs
+        ("sparklog.cluster", ("sparklog.datasource", "sparklog.compaction", "sparklog.export")),
     ],
 )
 def test_packages_keep_out_of_each_other(package: str, forbidden: tuple[str, ...]) -> None:
@@ -105,10 +107,11 @@ def test_packages_keep_out_of_each_other(package: str, forbidden: tuple[str, ...
     ("package", "forbidden"),
     [
         # storage is files only: no networking, no Spark
-        ("sparklog.storage", ("socket", "asyncio", "kio", "aiokafka", "pyspark", "ssl")),
+        ("sparklog.storage", ("socket", "asyncio", "kio", "aiokafka", "pyspark", "ssl", "aetcd")),
         # the shared Kafka pieces run in executors and the broker alike: no Spark
         ("sparklog.kafka", ("pyspark",)),
         ("sparklog.broker", ("pyspark",)),
+        ("sparklog.cluster", ("pyspark",)),
     ],
 )
 def test_packages_import_no_library_outside_their_job(

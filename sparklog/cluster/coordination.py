@@ -1,0 +1,259 @@
+"""A broker's view of etcd: registration, the controller election, fenced controller writes.
+
+Keys, under a cluster prefix (``/sparklog/<cluster>/``, one etcd may serve several):
+
+``brokers/<node id>``
+    ``{"node_id", "host", "port", "rack"}`` (JSON), put under the broker's own lease. The
+    broker keeps the lease alive (a refresh every TTL/3); when it dies, is paused past the
+    TTL or loses etcd, the lease expires and etcd deletes the key: the live brokers are
+    exactly the keys present. A second broker registering a node id that is registered
+    is refused (create-if-absent), so two processes never share an id.
+``controller``
+    ``{"node_id"}`` under the controller's lease, created if absent in one transaction by
+    every broker that campaigns: one wins. The key's **create revision is the controller
+    epoch**: etcd's revisions only grow, so a later controller always has a larger epoch.
+    etcd's documentation warns that a lease alone is no mutual exclusion (a paused holder
+    does not know its lease expired), so every write a controller makes is a transaction
+    comparing the controller key's create revision with its epoch (``fenced``): once
+    another broker won, the key was recreated with a larger revision and the old
+    controller's writes fail, whatever it believes.
+
+Who writes what: a broker writes only its own ``brokers/<id>`` key, and campaigns for
+``controller``; the controller (under its epoch) writes everything else the cluster
+decides (partition assignments, topics: docs/cluster.md).
+
+The client talks to one endpoint of the list at a time and moves to the next when a call
+fails to reach it; calls that fail on every endpoint raise ``CoordinationError``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import aetcd
+
+from sparklog.errors import SparkLogError
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+
+class CoordinationError(SparkLogError):
+    """etcd could not be reached, or refused what a broker asked (a clear message says)."""
+
+
+@dataclass(frozen=True)
+class BrokerInfo:
+    node_id: int
+    host: str
+    port: int
+    rack: str | None = None
+
+    def to_json(self) -> bytes:
+        return json.dumps(
+            {"node_id": self.node_id, "host": self.host, "port": self.port, "rack": self.rack}
+        ).encode()
+
+    @classmethod
+    def from_json(cls, data: bytes) -> BrokerInfo:
+        d = json.loads(data)
+        return cls(int(d["node_id"]), str(d["host"]), int(d["port"]), d.get("rack"))
+
+
+@dataclass(frozen=True)
+class Controller:
+    node_id: int
+    epoch: int  # the controller key's create revision
+
+
+def parse_endpoints(spec: str) -> list[tuple[str, int]]:
+    """``HOST:PORT[,HOST:PORT...]`` -> [(host, port)]; ValueError on a malformed one."""
+    out = []
+    for item in filter(None, (s.strip() for s in spec.split(","))):
+        host, sep, port = item.rpartition(":")
+        if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise ValueError(f"etcd endpoint {item!r} is not HOST:PORT")
+        out.append((host, int(port)))
+    if not out:
+        raise ValueError("no etcd endpoint given")
+    return out
+
+
+class Coordination:
+    """One broker's session with etcd (see the module docstring)."""
+
+    def __init__(
+        self, endpoints: str, *, cluster: str = "default", lease_ttl_ms: int = 3000,
+        timeout_s: float = 2.0,
+    ) -> None:  # fmt: skip
+        self.endpoints = parse_endpoints(endpoints)
+        if lease_ttl_ms < 1000:
+            raise ValueError(f"lease TTL {lease_ttl_ms} ms: etcd leases are whole seconds >= 1")
+        self.prefix = f"/sparklog/{cluster}/".encode()
+        self.ttl_s = max(1, round(lease_ttl_ms / 1000))
+        self.timeout_s = timeout_s
+        self._client: aetcd.Client | None = None
+        self._at = 0  # index of the endpoint in use
+        self._lease: Any = None
+        self._keepalive: asyncio.Task[None] | None = None
+        self.lease_lost = asyncio.Event()
+
+    def key(self, *parts: object) -> bytes:
+        return self.prefix + "/".join(str(p) for p in parts).encode()
+
+    # ------------------------------------------------------------------ the connection
+
+    async def _connect(self) -> aetcd.Client:
+        if self._client is None:
+            host, port = self.endpoints[self._at]
+            client = aetcd.Client(host=host, port=port, timeout=self.timeout_s)
+            await client.connect()
+            self._client = client
+        return self._client
+
+    async def _drop(self) -> None:
+        client, self._client = self._client, None
+        self._at = (self._at + 1) % len(self.endpoints)
+        if client is not None:
+            with contextlib.suppress(Exception):
+                await client.close()
+
+    async def call(self, what: str, fn: Callable[[aetcd.Client], Awaitable[T]]) -> T:
+        """``fn(client)`` on the endpoints in turn until one answers."""
+        last: BaseException | None = None
+        for _ in range(len(self.endpoints)):
+            try:
+                client = await self._connect()
+                return await asyncio.wait_for(fn(client), self.timeout_s)
+            except (TimeoutError, aetcd.exceptions.ClientError, OSError) as e:
+                last = e
+                await self._drop()
+        where = ",".join(f"{h}:{p}" for h, p in self.endpoints)
+        raise CoordinationError(f"etcd at {where} did not answer {what}: {last}") from last
+
+    async def close(self) -> None:
+        if self._keepalive is not None:
+            self._keepalive.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._keepalive
+        if self._lease is not None:
+            with contextlib.suppress(Exception):
+                await self.call("a lease revoke", lambda c: c.revoke_lease(self._lease.id))
+        await self._drop()
+
+    # ------------------------------------------------------------------ the lease
+
+    async def _grant(self) -> None:
+        self._lease = await self.call("a lease grant", lambda c: c.lease(self.ttl_s))
+        self.lease_lost.clear()
+        self._keepalive = asyncio.get_running_loop().create_task(self._keep_alive())
+
+    async def _keep_alive(self) -> None:
+        """Refresh the lease every TTL/3; once a refresh finds it gone (expired while this
+        process was paused or cut off), set ``lease_lost`` and stop: whatever was held
+        under it is held no longer."""
+        lease = self._lease
+        while True:
+            await asyncio.sleep(self.ttl_s / 3)
+            try:
+                resp = await self.call("a lease refresh", lambda c: c.refresh_lease(lease.id))
+            except CoordinationError as e:
+                log.warning("etcd lease refresh failed: %s", e)
+                continue
+            if getattr(resp, "TTL", 1) <= 0:
+                log.warning("etcd lease %x expired", lease.id)
+                self.lease_lost.set()
+                return
+
+    @property
+    def lease_id(self) -> int:
+        if self._lease is None:
+            raise CoordinationError("not registered")
+        return int(self._lease.id)
+
+    # ------------------------------------------------------------------ brokers
+
+    async def register(self, me: BrokerInfo) -> None:
+        """Create ``brokers/<id>`` under a new lease; CoordinationError if the id is
+        registered by a live broker."""
+        if not 0 < me.port < 65536 or not me.host or me.host in ("0.0.0.0", "::"):
+            raise CoordinationError(
+                f"broker {me.node_id} would advertise {me.host}:{me.port}: clients need a "
+                "host they can reach and a port (set --advertise)"
+            )
+        await self._grant()
+        key = self.key("brokers", me.node_id)
+
+        async def txn(c: aetcd.Client) -> Any:
+            return await c.transaction(
+                compare=[c.transactions.create(key) == 0],
+                success=[c.transactions.put(key, me.to_json(), lease=self._lease)],
+                failure=[c.transactions.get(key)],
+            )
+
+        ok, resp = await self.call("a broker registration", txn)
+        if not ok:
+            held = resp[0][0][0]
+            raise CoordinationError(
+                f"node id {me.node_id} is registered by a live broker "
+                f"({BrokerInfo.from_json(held).host}:{BrokerInfo.from_json(held).port}); "
+                "each broker needs its own --node-id"
+            )
+
+    async def brokers(self) -> list[BrokerInfo]:
+        """The live brokers, by node id."""
+        prefix = self.key("brokers", "")
+        found = await self.call("a broker listing", lambda c: c.get_prefix(prefix))
+        return sorted((BrokerInfo.from_json(kv.value) for kv in found), key=lambda b: b.node_id)
+
+    # ------------------------------------------------------------------ the controller
+
+    async def campaign(self, node_id: int) -> Controller:
+        """Try to become controller; returns who is (this broker or another)."""
+        key = self.key("controller")
+        body = json.dumps({"node_id": node_id}).encode()
+
+        async def txn(c: aetcd.Client) -> Any:
+            return await c.transaction(
+                compare=[c.transactions.create(key) == 0],
+                success=[
+                    c.transactions.put(key, body, lease=self._lease),
+                    c.transactions.get(key),
+                ],
+                failure=[c.transactions.get(key)],
+            )
+
+        _ok, resp = await self.call("a controller election", txn)
+        kv = resp[-1][0][1]  # a get's response: [(value, key metadata)]
+        return Controller(int(json.loads(kv.value)["node_id"]), int(kv.create_revision))
+
+    async def controller(self) -> Controller | None:
+        kv = await self.call("a controller lookup", lambda c: c.get(self.key("controller")))
+        if kv is None:
+            return None
+        return Controller(int(json.loads(kv.value)["node_id"]), int(kv.create_revision))
+
+    async def fenced(self, epoch: int, puts: dict[bytes, bytes]) -> bool:
+        """Put ``puts`` in one transaction if the controller epoch is still ``epoch``;
+        False (nothing written) if another controller was elected meanwhile."""
+        key = self.key("controller")
+
+        async def txn(c: aetcd.Client) -> Any:
+            return await c.transaction(
+                compare=[c.transactions.create(key) == epoch],
+                success=[c.transactions.put(k, v) for k, v in puts.items()],
+                failure=[],
+            )
+
+        ok, _ = await self.call("a fenced controller write", txn)
+        return bool(ok)
+
+    async def get(self, key: bytes) -> bytes | None:
+        kv = await self.call("a read", lambda c: c.get(key))
+        return None if kv is None else bytes(kv.value)
