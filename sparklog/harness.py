@@ -203,15 +203,34 @@ class EtcdCluster:
             proc.wait()
         self.procs[i] = None
 
-    def start(self, timeout: float = 30.0) -> EtcdCluster:
+    def start(self, timeout: float = 30.0, attempts: int = 3) -> EtcdCluster:
+        """Start every member and wait until each listens. A member that exits at once
+        (a port another process took between choosing and binding it) makes a new
+        attempt on fresh ports and data dirs."""
         import shutil
-        import socket
 
         if shutil.which("etcd") is None:
             raise RuntimeError("etcd is not installed (Debian: apt-get install etcd-server)")
-        self.work_dir.mkdir(parents=True, exist_ok=True)
-        for i in range(len(self.procs)):
-            self.start_member(i)
+        for attempt in range(attempts):
+            if attempt:
+                n = len(self.procs)
+                self.client_ports = [_free_port() for _ in range(n)]
+                self.peer_ports = [_free_port() for _ in range(n)]
+                self.token += "-again"
+                for i in range(n):
+                    shutil.rmtree(self.work_dir / f"m{i}", ignore_errors=True)
+            self.work_dir.mkdir(parents=True, exist_ok=True)
+            for i in range(len(self.procs)):
+                self.start_member(i)
+            problem = self._wait_listening(timeout)
+            if problem is None:
+                return self
+            self.stop()
+        raise RuntimeError(problem)
+
+    def _wait_listening(self, timeout: float) -> str | None:
+        import socket
+
         deadline = time.monotonic() + timeout
         for port in self.client_ports:
             while True:
@@ -219,11 +238,15 @@ class EtcdCluster:
                     with socket.create_connection(("127.0.0.1", port), timeout=1):
                         break
                 except OSError:
-                    if time.monotonic() > deadline:
-                        self.stop()
-                        raise RuntimeError(f"etcd did not listen on {port}") from None
+                    exited = any(p is not None and p.poll() is not None for p in self.procs)
+                    if exited or time.monotonic() > deadline:
+                        logs = "\n".join(
+                            (self.work_dir / f"m{i}.log").read_text()[-1500:]
+                            for i in range(len(self.procs))
+                        )
+                        return f"etcd did not listen on {port}:\n{logs}"
                     time.sleep(0.05)
-        return self
+        return None
 
     def stop(self) -> None:
         for i in range(len(self.procs)):

@@ -42,6 +42,7 @@ from sparklog.errors import SparkLogError
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+TXN_OPS = 100
 
 
 class CoordinationError(SparkLogError):
@@ -253,6 +254,21 @@ class Coordination:
 
         ok, _ = await self.call("a fenced controller write", txn)
         return bool(ok)
+
+    async def fenced_all(self, epoch: int, puts: dict[bytes, bytes]) -> bool:
+        """``fenced`` in transactions of at most ``TXN_OPS`` puts (etcd's default limit is
+        128 operations per transaction). Each is fenced on its own: after a refusal the
+        rest is not tried, and what was written before was written by the controller of
+        ``epoch`` while it was controller."""
+        items = list(puts.items())
+        for at in range(0, len(items), TXN_OPS):
+            if not await self.fenced(epoch, dict(items[at : at + TXN_OPS])):
+                return False
+        return True
+
+    async def get_prefix(self, prefix: bytes) -> dict[bytes, bytes]:
+        found = await self.call("a prefix read", lambda c: c.get_prefix(prefix))
+        return {bytes(kv.key): bytes(kv.value) for kv in found}
 
     async def get(self, key: bytes) -> bytes | None:
         kv = await self.call("a read", lambda c: c.get(key))

@@ -1,0 +1,98 @@
+"""The controller: elected among the live brokers, it assigns partition leaders.
+
+Every broker runs ``ControllerRole.run``: it campaigns (``Coordination.campaign``); the
+winner, while it holds the controller key, reconciles every ``interval_s`` (and at once
+when the set of live brokers changes): it reads the live brokers and the current
+assignments, asks ``assignment.plan`` what must change, and writes the changes fenced by
+its controller epoch. The others campaign again every ``interval_s``, so when the
+controller's lease expires (it died, was paused, or lost etcd) one of them takes over
+within the lease TTL plus one interval. A deposed controller's fenced writes fail; it
+stops acting as controller at its next round (``reconcile`` returns ``False``).
+
+Which partitions exist is given by ``partitions()`` (the topics of the shared storage);
+creating topics through the controller comes with the broker's cluster mode.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from sparklog.cluster.assignment import Assignment, Partition, plan
+from sparklog.cluster.coordination import Controller, Coordination, CoordinationError
+
+log = logging.getLogger(__name__)
+
+
+def _partition_key(coord: Coordination, p: Partition) -> bytes:
+    return coord.key("partitions", p[0], p[1])
+
+
+async def read_assignments(coord: Coordination) -> dict[Partition, Assignment]:
+    prefix = coord.key("partitions", "")
+    out = {}
+    for key, value in (await coord.get_prefix(prefix)).items():
+        topic, _, index = key[len(prefix) :].decode().rpartition("/")
+        out[(topic, int(index))] = Assignment.from_json(value)
+    return out
+
+
+@dataclass
+class ControllerRole:
+    """See the module docstring."""
+
+    coord: Coordination
+    node_id: int
+    partitions: Callable[[], list[Partition]]
+    interval_s: float = 0.25
+    controller: Controller | None = None
+    rounds: int = 0
+    moves: list[tuple[Partition, Assignment]] = field(default_factory=list)
+
+    @property
+    def is_controller(self) -> bool:
+        return self.controller is not None and self.controller.node_id == self.node_id
+
+    async def reconcile(self) -> bool:
+        """One round as controller: write the assignments that must change. False when
+        this broker is no longer controller (its fenced write was refused)."""
+        assert self.controller is not None
+        if await self.coord.controller() != self.controller:
+            log.warning("controller %d (epoch %d) was deposed", self.node_id,
+                        self.controller.epoch)  # fmt: skip
+            return False
+        live = [b.node_id for b in await self.coord.brokers()]
+        current = await read_assignments(self.coord)
+        changes = plan(self.partitions(), live, current)
+        self.rounds += 1
+        if not changes:
+            return True
+        puts = {_partition_key(self.coord, p): a.to_json() for p, a in changes.items()}
+        if not await self.coord.fenced_all(self.controller.epoch, puts):
+            log.warning("controller %d (epoch %d) was deposed; its assignments were refused",
+                        self.node_id, self.controller.epoch)  # fmt: skip
+            return False
+        for p, a in sorted(changes.items()):
+            log.info("controller %d: %s-%d led by %d at epoch %d", self.node_id, p[0], p[1],
+                     a.leader, a.leader_epoch)  # fmt: skip
+        self.moves += sorted(changes.items())
+        return True
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Campaign and, while controller, reconcile; until ``stop`` is set."""
+        while not stop.is_set():
+            try:
+                self.controller = await self.coord.campaign(self.node_id)
+                if self.is_controller and not await self.reconcile():
+                    self.controller = None
+            except CoordinationError as e:
+                log.warning("controller role of %d: %s", self.node_id, e)
+                self.controller = None
+            if self.coord.lease_lost.is_set():
+                self.controller = None
+                return  # registered no more: the broker must register again
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), self.interval_s)

@@ -1,0 +1,123 @@
+"""The controller role on a real etcd: one controller assigns every partition; a broker
+that leaves loses its partitions at a higher epoch; a deposed controller writes nothing."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from sparklog.cluster.controller import ControllerRole, read_assignments
+from sparklog.cluster.coordination import BrokerInfo, Coordination
+from sparklog.harness import EtcdCluster
+
+PARTS = [("t", i) for i in range(6)] + [("u", 0), ("u", 1)]
+
+
+async def until(check: Callable[[], Awaitable[bool]], timeout: float = 15.0) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not await check():
+        assert asyncio.get_running_loop().time() < deadline, "condition not met in time"
+        await asyncio.sleep(0.1)
+
+
+async def start(etcd: EtcdCluster, ids: list[int], ttl_ms: int = 1000) -> list[Any]:
+    out = []
+    for i in ids:
+        c = Coordination(etcd.endpoints, lease_ttl_ms=ttl_ms)
+        await c.register(BrokerInfo(i, "127.0.0.1", 9000 + i))
+        role = ControllerRole(c, i, lambda: PARTS, interval_s=0.1)
+        stop = asyncio.Event()
+        task = asyncio.get_running_loop().create_task(role.run(stop))
+        out.append((c, role, stop, task))
+    return out
+
+
+async def shut(brokers: list[Any]) -> None:
+    for c, _role, stop, task in brokers:
+        stop.set()
+        await task
+        await c.close()
+
+
+def test_one_controller_assigns_every_partition_evenly(etcd: EtcdCluster) -> None:
+    async def main() -> None:
+        brokers = await start(etcd, [1, 2, 3])
+        coord = brokers[0][0]
+
+        async def spread() -> bool:  # brokers registered one by one: it rebalances
+            a = await read_assignments(coord)
+            counts = sorted(sum(1 for x in a.values() if x.leader == b) for b in (1, 2, 3))
+            return set(a) == set(PARTS) and counts == [2, 3, 3]
+
+        await until(spread)
+        assert sum(role.is_controller for _c, role, _s, _t in brokers) == 1
+        a = await read_assignments(coord)
+        assert all(x.leader in x.replicas for x in a.values())
+        await shut(brokers)
+
+    asyncio.run(main())
+
+
+def test_a_leaving_broker_loses_its_partitions_at_a_higher_epoch(etcd: EtcdCluster) -> None:
+    async def main() -> None:
+        brokers = await start(etcd, [1, 2, 3])
+        coord = brokers[0][0]
+        await until(lambda: _all_assigned(coord))
+        before = await read_assignments(coord)
+        # stop a broker that is not the controller: its lease is revoked on close
+        victim = next(b for b in brokers if not b[1].is_controller)
+        await shut([victim])
+        gone = victim[1].node_id
+
+        async def moved() -> bool:
+            a = await read_assignments(coord)
+            return all(x.leader != gone for x in a.values())
+
+        await until(moved)
+        after = await read_assignments(coord)
+        for p, x in after.items():
+            if before[p].leader == gone:
+                assert x.leader_epoch == before[p].leader_epoch + 1
+            else:
+                assert x == before[p]  # untouched
+        await shut([b for b in brokers if b is not victim])
+
+    asyncio.run(main())
+
+
+def test_when_the_controller_is_paused_another_takes_over_and_it_writes_nothing(
+    etcd: EtcdCluster,
+) -> None:
+    async def main() -> None:
+        brokers = await start(etcd, [1, 2, 3])
+        coord = brokers[0][0]
+        await until(lambda: _all_assigned(coord))
+        old = next(b for b in brokers if b[1].is_controller)
+        old_c, old_role, old_stop, old_task = old
+        old_stop.set()  # its loop stops and its lease refreshes stop: as if paused
+        await old_task
+        assert old_c._keepalive is not None
+        old_c._keepalive.cancel()
+        others = [b for b in brokers if b is not old]
+
+        async def new_controller() -> bool:
+            return any(b[1].is_controller for b in others) and all(
+                x.leader != old_role.node_id for x in (await read_assignments(coord)).values()
+            )
+
+        await until(new_controller)
+        new_epoch = next(b[1].controller.epoch for b in others if b[1].is_controller)
+        assert new_epoch > old_role.controller.epoch
+        # the paused controller wakes up still believing it leads, and reconciles
+        snapshot = await read_assignments(coord)
+        assert not await old_role.reconcile()  # refused: fenced by the controller epoch
+        assert await read_assignments(coord) == snapshot
+        await old_c.close()
+        await shut(others)
+
+    asyncio.run(main())
+
+
+async def _all_assigned(coord: Coordination) -> bool:
+    return set(await read_assignments(coord)) == set(PARTS)
