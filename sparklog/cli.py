@@ -13,6 +13,7 @@
         --to-offset N | --to-datetime ISO | --shift-by N) [--dry-run | --execute]
         --bootstrap-server HOST:PORT
 
+    sparklog cluster describe --etcd HOST:PORT[,...] [--cluster NAME] [--json]
     sparklog scheduler --data-dir DIR [--spark-args "ARGS"] [--min-interval S]
         [--max-interval S] [--max-jobs N] [--spark-submit PATH]
 
@@ -35,6 +36,7 @@ import contextlib
 import json
 import sys
 from collections.abc import Iterator, Sequence
+from typing import Any
 
 from kio.schema.errors import ErrorCode
 
@@ -286,6 +288,41 @@ def _scheduler(args: argparse.Namespace) -> int:
     )
 
 
+def _cluster(args: argparse.Namespace) -> int:
+    import asyncio
+    import json
+
+    from sparklog.cluster.controller import describe
+    from sparklog.cluster.coordination import Coordination
+
+    async def run() -> dict[str, object]:
+        coord = Coordination(args.etcd, cluster=args.cluster)
+        try:
+            return await describe(coord)
+        finally:
+            await coord.close()
+
+    found: dict[str, Any] = asyncio.run(run())
+    if args.json:
+        print(json.dumps(found, indent=2))
+        return 0
+    ctl = found["controller"]
+    print(f"cluster {args.cluster} (etcd {args.etcd})")
+    who = "none" if ctl is None else f"node {ctl['node_id']}, epoch {ctl['epoch']}"
+    print(f"controller: {who}")
+    print("brokers:")
+    for b in found["brokers"]:
+        rack = f" rack {b['rack']}" if b["rack"] else ""
+        print(f"  {b['node_id']:>4}  {b['host']}:{b['port']}{rack}")
+    print(f"{'topic':<24} {'partition':>9} {'leader':>6} {'epoch':>5}  replicas")
+    for p in found["partitions"]:
+        offline = "" if p["online"] else "  (leader offline)"
+        replicas = ",".join(str(r) for r in p["replicas"])
+        print(f"{p['topic']:<24} {p['partition']:>9} {p['leader']:>6} {p['leader_epoch']:>5}  "
+              f"{replicas}{offline}")  # fmt: skip
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="sparklog", description=__doc__.split("\n")[0])
     parser.add_argument("--version", action="version", version=f"sparklog {sparklog.__version__}")
@@ -348,6 +385,13 @@ def build_parser() -> argparse.ArgumentParser:
     start.add_argument("--config", help="a broker TOML file (see conf/broker.toml)")
     start.add_argument("--node-id", type=int)
     start.set_defaults(func=_broker)
+    cluster = sub.add_parser("cluster", help="cluster mode: what etcd says (docs/cluster.md)")
+    csub = cluster.add_subparsers(dest="action", required=True)
+    cdesc = csub.add_parser("describe", help="live brokers, the controller, partition leaders")
+    cdesc.add_argument("--etcd", required=True, metavar="HOST:PORT[,HOST:PORT...]")
+    cdesc.add_argument("--cluster", default="default", help="the cluster's name in etcd")
+    cdesc.add_argument("--json", action="store_true", help="print JSON")
+    cdesc.set_defaults(func=_cluster)
     sched = sub.add_parser(
         "scheduler", help="run retention and compaction on intervals from topic configs"
     )

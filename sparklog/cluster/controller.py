@@ -96,3 +96,27 @@ class ControllerRole:
                 return  # registered no more: the broker must register again
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), self.interval_s)
+
+
+async def describe(coord: Coordination) -> dict[str, object]:
+    """What ``sparklog cluster describe`` prints: live brokers, the controller, and each
+    partition's leader, leader epoch and replicas (with ``online``: its leader is live)."""
+    brokers = await coord.brokers()
+    live = {b.node_id for b in brokers}
+    controller = await coord.controller()
+    parts = await read_assignments(coord)
+    return {
+        "brokers": [vars(b) for b in brokers],
+        "controller": None if controller is None else vars(controller),
+        "partitions": [
+            {
+                "topic": t,
+                "partition": p,
+                "leader": a.leader,
+                "leader_epoch": a.leader_epoch,
+                "replicas": list(a.replicas),
+                "online": a.leader in live,
+            }
+            for (t, p), a in sorted(parts.items())
+        ],
+    }

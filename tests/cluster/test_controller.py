@@ -121,3 +121,43 @@ def test_when_the_controller_is_paused_another_takes_over_and_it_writes_nothing(
 
 async def _all_assigned(coord: Coordination) -> bool:
     return set(await read_assignments(coord)) == set(PARTS)
+
+
+def test_cluster_describe_shows_brokers_the_controller_and_leaders(
+    etcd: EtcdCluster, capsys: Any
+) -> None:
+    import json
+
+    from sparklog.cli import main
+
+    async def setup() -> list[Any]:
+        brokers = await start(etcd, [1, 2])
+        await until(lambda: _all_assigned(brokers[0][0]))
+        return brokers
+
+    async def down(brokers: list[Any]) -> None:
+        await shut(brokers)
+
+    loop = asyncio.new_event_loop()
+    try:
+        brokers = loop.run_until_complete(setup())
+        assert main(["cluster", "describe", "--etcd", etcd.endpoints, "--json"]) == 0
+        found = json.loads(capsys.readouterr().out)
+        assert [b["node_id"] for b in found["brokers"]] == [1, 2]
+        assert found["controller"]["node_id"] in (1, 2)
+        assert {(p["topic"], p["partition"]) for p in found["partitions"]} == set(PARTS)
+        assert all(p["online"] for p in found["partitions"])
+        assert main(["cluster", "describe", "--etcd", etcd.endpoints]) == 0
+        text = capsys.readouterr().out
+        assert "controller: node" in text and "127.0.0.1:9001" in text
+        loop.run_until_complete(down(brokers))
+    finally:
+        loop.close()
+
+
+def test_cluster_describe_without_etcd_is_one_clear_line(capsys: Any) -> None:
+    from sparklog.cli import main
+
+    assert main(["cluster", "describe", "--etcd", "127.0.0.1:1"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("sparklog: error: etcd at 127.0.0.1:1 did not answer")
