@@ -18,9 +18,14 @@ Keys, under a cluster prefix (``/sparklog/<cluster>/``, one etcd may serve sever
     another broker won, the key was recreated with a larger revision and the old
     controller's writes fail, whatever it believes.
 
-Who writes what: a broker writes only its own ``brokers/<id>`` key, and campaigns for
-``controller``; the controller (under its epoch) writes everything else the cluster
-decides (partition assignments, topics: docs/cluster.md).
+``producer-ids``
+    the next producer id nobody has reserved (decimal). Any broker reserves a block by a
+    compare-and-swap on the key's modification revision (``reserve_producer_ids``).
+
+Who writes what: a broker writes only its own ``brokers/<id>`` key, reserves producer id
+blocks by compare-and-swap, and campaigns for ``controller``; the controller (under its
+epoch) writes everything else the cluster decides (partition assignments, topics:
+docs/cluster.md).
 
 The client talks to one endpoint of the list at a time and moves to the next when a call
 fails to reach it; calls that fail on every endpoint raise ``CoordinationError``.
@@ -265,6 +270,32 @@ class Coordination:
             if not await self.fenced(epoch, dict(items[at : at + TXN_OPS])):
                 return False
         return True
+
+    async def reserve_producer_ids(self, size: int, *, at_least: int = 0) -> int:
+        """Reserve the next ``size`` producer ids cluster-wide; returns the first. The key
+        ``producer-ids`` holds the next free id; a compare-and-swap on its modification
+        revision makes two brokers reserving at once get disjoint blocks (the loser
+        re-reads and tries again). ``at_least``: never below this (a data dir's own
+        ``producer-ids.json`` from its embedded days), so ids are never reused."""
+        if size < 1:
+            raise ValueError(f"producer id block size {size} must be >= 1")
+        key = self.key("producer-ids")
+        for _ in range(100):
+            kv = await self.call("a producer id read", lambda c: c.get(key))
+            start = max(int(kv.value) if kv is not None else 0, at_least)
+            rev = kv.mod_revision if kv is not None else 0
+            nxt = str(start + size).encode()
+
+            async def txn(c: aetcd.Client, rev: int = rev, nxt: bytes = nxt) -> Any:
+                cmp = (c.transactions.mod(key) == rev) if rev else (c.transactions.create(key) == 0)
+                return await c.transaction(
+                    compare=[cmp], success=[c.transactions.put(key, nxt)], failure=[]
+                )
+
+            ok, _ = await self.call("a producer id reservation", txn)
+            if ok:
+                return start
+        raise CoordinationError("could not reserve producer ids: 100 lost races in a row")
 
     async def get_prefix(self, prefix: bytes) -> dict[bytes, bytes]:
         found = await self.call("a prefix read", lambda c: c.get_prefix(prefix))

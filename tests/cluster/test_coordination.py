@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 from typing import Any
 
 import pytest
@@ -160,5 +161,22 @@ def test_a_broker_whose_lease_expired_learns_it_at_its_next_refresh(etcd: EtcdCl
         assert a.lease_lost.is_set()
         assert await a.brokers() == []
         await a.close()
+
+    run(main())
+
+
+def test_producer_id_blocks_reserved_at_once_never_overlap(etcd: EtcdCluster) -> None:
+    async def main() -> None:
+        cs = [Coordination(etcd.endpoints) for _ in range(4)]
+        starts = await asyncio.gather(*(c.reserve_producer_ids(1000) for c in cs for _ in range(5)))
+        blocks = sorted(starts)
+        assert len(set(blocks)) == 20
+        assert all(b - a >= 1000 for a, b in itertools.pairwise(blocks))
+        assert await cs[0].reserve_producer_ids(10) == blocks[-1] + 1000
+        # a data dir that handed out ids before cluster mode: never below its own counter
+        assert await cs[0].reserve_producer_ids(10, at_least=10**6) == 10**6
+        assert await cs[1].reserve_producer_ids(10) == 10**6 + 10
+        for c in cs:
+            await c.close()
 
     run(main())
