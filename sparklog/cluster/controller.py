@@ -22,7 +22,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from sparklog.cluster.assignment import Assignment, Partition, plan
-from sparklog.cluster.coordination import Controller, Coordination, CoordinationError
+from sparklog.cluster.coordination import (
+    BrokerInfo,
+    Controller,
+    Coordination,
+    CoordinationError,
+)
 
 log = logging.getLogger(__name__)
 
@@ -120,3 +125,52 @@ async def describe(coord: Coordination) -> dict[str, object]:
             for (t, p), a in sorted(parts.items())
         ],
     }
+
+
+@dataclass
+class ClusterView:
+    """What a broker knows of the cluster, refreshed from etcd every ``interval_s``: the
+    live brokers, the controller, and the partition assignments - what its Metadata,
+    FindCoordinator and NOT_LEADER_OR_FOLLOWER answers are built from. ``refresh`` reads
+    all three in one pass; ``leads(p)`` is the leader epoch of a partition this broker
+    leads (None otherwise). A snapshot may be up to one interval old: writes are fenced
+    separately, on the produce path (docs/cluster.md), never by this view."""
+
+    coord: Coordination
+    node_id: int
+    brokers: dict[int, BrokerInfo] = field(default_factory=dict)
+    controller: Controller | None = None
+    assignments: dict[Partition, Assignment] = field(default_factory=dict)
+    version: int = 0
+
+    async def refresh(self) -> bool:
+        """Read etcd; True if anything changed."""
+        brokers = {b.node_id: b for b in await self.coord.brokers()}
+        controller = await self.coord.controller()
+        assignments = await read_assignments(self.coord)
+        changed = (brokers, controller, assignments) != (
+            self.brokers,
+            self.controller,
+            self.assignments,
+        )
+        if changed:
+            self.brokers, self.controller, self.assignments = brokers, controller, assignments
+            self.version += 1
+        return changed
+
+    def leads(self, p: Partition) -> int | None:
+        a = self.assignments.get(p)
+        return a.leader_epoch if a is not None and a.leader == self.node_id else None
+
+    def leader_of(self, p: Partition) -> BrokerInfo | None:
+        a = self.assignments.get(p)
+        return None if a is None else self.brokers.get(a.leader)
+
+    async def run(self, stop: asyncio.Event, interval_s: float = 0.25) -> None:
+        while not stop.is_set():
+            try:
+                await self.refresh()
+            except CoordinationError as e:
+                log.warning("cluster view of %d: %s", self.node_id, e)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), interval_s)

@@ -161,3 +161,32 @@ def test_cluster_describe_without_etcd_is_one_clear_line(capsys: Any) -> None:
     assert main(["cluster", "describe", "--etcd", "127.0.0.1:1"]) == 1
     err = capsys.readouterr().err
     assert err.startswith("sparklog: error: etcd at 127.0.0.1:1 did not answer")
+
+
+def test_a_brokers_view_follows_leaders_and_membership(etcd: EtcdCluster) -> None:
+    from sparklog.cluster.controller import ClusterView
+
+    async def main() -> None:
+        brokers = await start(etcd, [1, 2])
+        coord = brokers[0][0]
+        await until(lambda: _all_assigned(coord))
+        view = ClusterView(coord, 1)
+        assert await view.refresh()
+        assert not await view.refresh()  # nothing changed
+        assert set(view.brokers) == {1, 2}
+        mine = [p for p in PARTS if view.leads(p) is not None]
+        theirs = [p for p in PARTS if view.leads(p) is None]
+        assert mine and theirs
+        assert all(view.leader_of(p).node_id == 2 for p in theirs)  # type: ignore[union-attr]
+        await shut([brokers[1]])  # broker 2 leaves: broker 1 leads everything, epochs bumped
+        before = dict(view.assignments)
+
+        async def all_mine() -> bool:
+            await view.refresh()
+            return all(view.leads(p) is not None for p in PARTS) and set(view.brokers) == {1}
+
+        await until(all_mine)
+        assert all(view.leads(p) == before[p].leader_epoch + 1 for p in theirs)
+        await shut([brokers[0]])
+
+    asyncio.run(main())
