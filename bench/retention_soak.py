@@ -144,8 +144,8 @@ def _sample(storage: Storage, partitions: int) -> Sample:
             m = ManifestStore(storage.fs, path).latest()
             if m is None:
                 continue
-            active = checkpoints.active_segment_bytes(storage.fs, path, m.active.base_offset)
-            hw = checkpoints.read_high_watermark(storage.fs, path)
+            active = checkpoints.active_segment_bytes(storage.fs, path, m.active.name)
+            hw = checkpoints.read_high_watermark(storage.fs, path, m.active.name)
         except Exception:
             continue  # a version being written or collected under the sampler: next sample
         live += sum(s.size_bytes for s in m.segments[:-1]) + active

@@ -100,6 +100,18 @@ class LeaseLostError(SparkLogError):
     """A lease this process held expired or was taken over; its epoch is fenced."""
 
 
+class NotLeaderError(SparkLogError):
+    """This broker does not lead the partition (cluster mode): ask the leader."""
+
+
+class FencedLeaderEpochError(SparkLogError):
+    """A request named a leader epoch older than the partition's current one (KIP-320)."""
+
+
+class UnknownLeaderEpochError(SparkLogError):
+    """A request named a leader epoch newer than this broker knows (KIP-320)."""
+
+
 # ---------------------------------------------------------------------------- produced records
 
 
@@ -176,6 +188,10 @@ class IllegalGenerationError(GroupError):
 
 class RebalanceInProgressError(GroupError):
     """The group is rebalancing: the member must rejoin first."""
+
+
+class NotCoordinatorError(GroupError):
+    """This broker is not the group's coordinator (cluster mode): find it again."""
 
 
 class NonEmptyGroupError(GroupError):

@@ -25,6 +25,9 @@ _BY_CLASS: tuple[tuple[type[BaseException], ErrorCode], ...] = (
     (e.CorruptMetadataError, ErrorCode.kafka_storage_error),
     (e.LogClosedError, ErrorCode.not_leader_or_follower),
     (e.LeaseLostError, ErrorCode.not_leader_or_follower),
+    (e.NotLeaderError, ErrorCode.not_leader_or_follower),
+    (e.FencedLeaderEpochError, ErrorCode.fenced_leader_epoch),
+    (e.UnknownLeaderEpochError, ErrorCode.unknown_leader_epoch),
     # record batches a producer sent
     (e.CorruptBatchError, ErrorCode.corrupt_message),
     (e.UnsupportedMagicError, ErrorCode.unsupported_for_message_format),
@@ -44,6 +47,7 @@ _BY_CLASS: tuple[tuple[type[BaseException], ErrorCode], ...] = (
     (e.UnknownMemberIdError, ErrorCode.unknown_member_id),
     (e.IllegalGenerationError, ErrorCode.illegal_generation),
     (e.RebalanceInProgressError, ErrorCode.rebalance_in_progress),
+    (e.NotCoordinatorError, ErrorCode.not_coordinator),
     (e.NonEmptyGroupError, ErrorCode.non_empty_group),
     (e.GroupNotFoundError, ErrorCode.group_id_not_found),
     # anything else a caller got wrong

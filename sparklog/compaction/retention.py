@@ -82,7 +82,7 @@ def apply_partition(
     before = store.latest()
     if before is None:
         return RetentionOutcome(meta.name, partition, 0, 0, 0, 0, 0, note="no log on disk yet")
-    active_bytes = checkpoints.active_segment_bytes(storage.fs, path, before.active.base_offset)
+    active_bytes = checkpoints.active_segment_bytes(storage.fs, path, before.active.name)
     plans: list[RetentionPlan] = []
 
     def choose(m: Manifest) -> tuple[SegmentInfo, ...]:

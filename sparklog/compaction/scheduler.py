@@ -108,7 +108,7 @@ def needs_work(storage: Storage, topic: str, job: str, *, now_ms: int) -> bool:
             if planner.plan_compaction(manifest, meta.config, now_ms=now_ms).worth_cleaning:
                 return True
             continue
-        active = checkpoints.active_segment_bytes(storage.fs, path, manifest.active.base_offset)
+        active = checkpoints.active_segment_bytes(storage.fs, path, manifest.active.name)
         plan = planner.plan_retention(manifest, meta.config, now_ms=now_ms, active_bytes=active)
         if plan.delete:
             return True

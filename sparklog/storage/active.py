@@ -194,10 +194,12 @@ class ActiveSegment:
         base_offset: int,
         frames: list[FrameHeader],
         index_interval_bytes: int,
+        *,
+        name: str = "",
     ) -> None:
         self.fs = fs
         self.base_offset = base_offset
-        self.name = names.segment_name(base_offset, kind=names.ACTIVE_KIND)
+        self.name = name or names.segment_name(base_offset, kind=names.ACTIVE_KIND)
         self.path = fs.join(directory, self.name)
         self._oidx_path = fs.join(directory, names.offset_index_name(self.name))
         self._tidx_path = fs.join(directory, names.time_index_name(self.name))
@@ -219,10 +221,17 @@ class ActiveSegment:
 
     @classmethod
     def create(
-        cls, fs: FileSystem, directory: str, base_offset: int, index_interval_bytes: int
+        cls,
+        fs: FileSystem,
+        directory: str,
+        base_offset: int,
+        index_interval_bytes: int,
+        *,
+        epoch: int | None = None,
     ) -> ActiveSegment:
-        """A new empty segment file (header written and synced, directory synced)."""
-        name = names.segment_name(base_offset, kind=names.ACTIVE_KIND)
+        """A new empty segment file (header written and synced, directory synced); named
+        with ``epoch`` for a cluster-mode leader (``names.segment_name``)."""
+        name = names.segment_name(base_offset, kind=names.ACTIVE_KIND, epoch=epoch)
         path = fs.join(directory, name)
         for p in (
             path,
@@ -237,22 +246,26 @@ class ActiveSegment:
         finally:
             f.close()
         fs.sync_dir(directory)
-        return cls(fs, directory, base_offset, [], index_interval_bytes)
+        return cls(fs, directory, base_offset, [], index_interval_bytes, name=name)
 
     @classmethod
     def open(
-        cls, fs: FileSystem, directory: str, base_offset: int, index_interval_bytes: int
+        cls, fs: FileSystem, directory: str, name: str, index_interval_bytes: int
     ) -> tuple[ActiveSegment, int]:
-        """Open for appending after recovery; returns the segment and the bytes truncated."""
-        name = names.segment_name(base_offset, kind=names.ACTIVE_KIND)
+        """Open the active segment file ``name`` for appending after recovery; returns the
+        segment and the bytes truncated."""
+        parsed = names.parse_segment_name(name)
+        if parsed is None or parsed.kind != names.ACTIVE_KIND:
+            raise ValueError(f"{name!r} is not an active segment name")
+        base_offset, epoch = parsed.base_offset, parsed.epoch
         path = fs.join(directory, name)
         if not fs.exists(path):
-            return cls.create(fs, directory, base_offset, index_interval_bytes), 0
+            return cls.create(fs, directory, base_offset, index_interval_bytes, epoch=epoch), 0
         buf = fs.read_buffer(path)
         size = buf.size
         if not valid_file_header(buf):
             del buf
-            seg = cls.create(fs, directory, base_offset, index_interval_bytes)
+            seg = cls.create(fs, directory, base_offset, index_interval_bytes, epoch=epoch)
             return seg, size
         frames = scan(buf, base_offset)
         del buf
@@ -263,7 +276,7 @@ class ActiveSegment:
                 f.truncate(valid_end)
             finally:
                 f.close()
-        seg = cls(fs, directory, base_offset, frames, index_interval_bytes)
+        seg = cls(fs, directory, base_offset, frames, index_interval_bytes, name=name)
         seg._rewrite_indexes()
         return seg, size - valid_end
 

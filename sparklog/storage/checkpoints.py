@@ -1,6 +1,8 @@
 """Small per-partition checkpoint files.
 
-``high-watermark.checkpoint`` and ``recovery-point.checkpoint``: 32 bytes, little-endian::
+``high-watermark.checkpoint`` (in cluster mode one per leader epoch,
+``high-watermark.e<epoch>.checkpoint``: ``names.high_watermark_file``) and
+``recovery-point.checkpoint``: 32 bytes, little-endian::
 
     magic b"SLCP" | crc32c u32 | segment i64 | position i64 | offset i64
 
@@ -99,20 +101,25 @@ def write_position(fs: FileSystem, partition_path: str, file_name: str, pos: Log
     fs.overwrite_small(fs.join(partition_path, file_name), pos.to_bytes())
 
 
-def read_high_watermark(fs: FileSystem, partition_path: str) -> LogPosition | None:
-    return read_position(fs, partition_path, names.HIGH_WATERMARK_FILE)
+def read_high_watermark(
+    fs: FileSystem, partition_path: str, active_segment: str = ""
+) -> LogPosition | None:
+    """The high watermark of the active segment named ``active_segment``
+    (``names.high_watermark_file``: the shared checkpoint when the name carries no epoch)."""
+    return read_position(fs, partition_path, names.high_watermark_file(active_segment))
 
 
-def active_segment_bytes(fs: FileSystem, partition_path: str, active_base_offset: int) -> int:
+def active_segment_bytes(fs: FileSystem, partition_path: str, active_segment: str) -> int:
     """The bytes of the active segment readers may see (its high-watermark position), as
     retention counts them towards ``retention.bytes``; 0 when the checkpoint is absent,
     unreadable (a writer died mid-write: the next look sees it again) or points into
     another segment (a roll is being committed)."""
     try:
-        hwm = read_high_watermark(fs, partition_path)
+        hwm = read_high_watermark(fs, partition_path, active_segment)
     except CorruptMetadataError:
         return 0
-    if hwm is None or hwm.segment != active_base_offset:
+    parsed = names.parse_segment_name(active_segment)
+    if hwm is None or parsed is None or hwm.segment != parsed.base_offset:
         return 0
     return hwm.position
 

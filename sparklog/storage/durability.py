@@ -129,6 +129,13 @@ class GroupCommit:
         self.fsync_count += 1
         self._release(position, None)
 
+    def fail_waiting(self, error: Exception) -> None:
+        """Fail every future still waiting (the log was given up: they are never acked)."""
+        with self._cond:
+            failed, self._waiters = [f for _, f in self._waiters], []
+        for f in failed:
+            f.set_exception(error)
+
     # ------------------------------------------------------------------ the token
 
     @contextlib.contextmanager

@@ -119,6 +119,7 @@ class PartitionLog:
         clock: Callable[[], float],
         row_group_rows: int,
         auto_seal: bool,
+        fence: Callable[[], None] | None = None,
     ) -> None:
         self.fs = fs
         self.path = path
@@ -140,6 +141,9 @@ class PartitionLog:
         )
         self._producers = ProducerStates()
         self._epoch = found.manifest.leader_epoch
+        #: cluster mode: the leader epoch that names the files this writer creates
+        self._segment_epoch = found.active_epoch
+        self._fence = fence
         self._sealed_cache: dict[str, SealedSegment] = {}
         self._seals: list[Future[list[str]]] = []
         self._roll_fsyncs = 0
@@ -161,17 +165,38 @@ class PartitionLog:
         row_group_rows: int = ROW_GROUP_ROWS,
         auto_seal: bool = True,
         writer: str = "",
+        leader_epoch: int | None = None,
+        fence: Callable[[], None] | None = None,
     ) -> PartitionLog:
-        """Recover the partition (``sparklog.storage.recovery``) and open it for writing."""
+        """Recover the partition (``sparklog.storage.recovery``) and open it for writing.
+
+        Cluster mode (``leader_epoch`` given: the epoch the controller assigned this broker)
+        takes the partition over first (``recovery.take_over``: the epoch is committed
+        before anything is repaired, the old active segment is frozen at its recovered end,
+        a new one named with the epoch follows). ``fence`` is then called by every
+        group-commit round after its fsync and before the high watermark moves; it raises
+        (``NotLeaderError``) once this broker no longer leads, so nothing is acknowledged."""
         config = config or TopicConfig()
         path = names.partition_dir(root, topic, partition)
         label = f"{topic}-{partition}"
         store = ManifestStore(fs, path, writer=writer or f"log:{os.getpid()}", clock=clock)
-        found = recovery.recover(fs, path, config, store, now_ms=int(clock() * 1000), label=label)
+        now_ms = int(clock() * 1000)
+        if leader_epoch is not None:
+            found = recovery.take_over(
+                fs, path, config, store, leader_epoch, now_ms=now_ms, label=label
+            )
+        else:
+            found = recovery.recover(fs, path, config, store, now_ms=now_ms, label=label)
         plog = cls(
             fs, path, label, config, found,
-            clock=clock, row_group_rows=row_group_rows, auto_seal=auto_seal,
+            clock=clock, row_group_rows=row_group_rows, auto_seal=auto_seal, fence=fence,
         )  # fmt: skip
+        if leader_epoch is not None:
+            epochs = plog.leader_epochs()
+            if not epochs or epochs[-1][0] < leader_epoch:
+                checkpoints.write_leader_epochs(
+                    fs, path, [*epochs[-99:], (leader_epoch, plog.log_end_offset)]
+                )
         plog._write_hwm(plog._commit.durable)
         plog._write_recovery_point()
         plog._producers = recovery.producer_states(
@@ -181,7 +206,10 @@ class PartitionLog:
             high_watermark=plog.high_watermark,
             batches=lambda start: plog.batches(start, columns=_PRODUCER_COLUMNS),
         )
-        plog.recovery.resealed = plog.seal_pending()
+        if leader_epoch is None:
+            plog.recovery.resealed = plog.seal_pending()
+        elif plog.manifest.unsealed_rolled and auto_seal:
+            plog._seal_in_background()  # a take-over serves before the frozen segment seals
         plog.collect_garbage()
         return plog
 
@@ -322,12 +350,16 @@ class PartitionLog:
         seg = self._active
         size, next_offset = seg.end
         seg.sync()
+        if self._fence is not None:
+            self._fence()  # raises once another broker leads: nothing becomes visible
         upto = LogPosition(seg.base_offset, size, next_offset)
         self._write_hwm(upto)
         return upto
 
     def _write_hwm(self, pos: LogPosition) -> None:
-        checkpoints.write_position(self.fs, self.path, names.HIGH_WATERMARK_FILE, pos)
+        checkpoints.write_position(
+            self.fs, self.path, names.high_watermark_file(self._active.name), pos
+        )
 
     def _write_recovery_point(self) -> None:
         checkpoints.write_position(
@@ -352,7 +384,11 @@ class PartitionLog:
             self._roll_fsyncs += 1
             new_base = old.next_offset
             new = ActiveSegment.create(
-                self.fs, self.path, new_base, self.config.index_interval_bytes
+                self.fs,
+                self.path,
+                new_base,
+                self.config.index_interval_bytes,
+                epoch=self._segment_epoch,
             )
             crashpoints.hit("roll.after_new_file")
             rolled = SegmentInfo(
@@ -419,7 +455,13 @@ class PartitionLog:
             log.debug("%s: %s was dropped by retention before its seal", self.label, info.name)
             return None
         try:
-            sealed = seal_rolled(self.fs, self.path, info, row_group_rows=self._row_group_rows)
+            sealed = seal_rolled(
+                self.fs,
+                self.path,
+                info,
+                row_group_rows=self._row_group_rows,
+                epoch=self._segment_epoch,
+            )
         except FileNotFoundError:
             if self._still_to_seal(info):
                 raise
@@ -541,6 +583,21 @@ class PartitionLog:
             return epoch
 
     # ------------------------------------------------------------------ close
+
+    def abandon(self, error: Exception) -> None:
+        """Give the partition up without writing anything (cluster mode: another broker
+        leads it now): appends still waiting for durability fail with ``error``, files are
+        released, no checkpoint or snapshot is written."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        self._commit.fail_waiting(error)
+        with self._lock:
+            self._active.close()
+            for seg in self._sealed_cache.values():
+                seg.close()
+            self._sealed_cache.clear()
 
     def close(self) -> None:
         """Wait for background seals, make everything durable, record the recovery point

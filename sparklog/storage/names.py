@@ -12,8 +12,11 @@ Layout under a storage root::
         00000000000000000000.parquet               sealed segment, generation 0
         00000000000000001000.00002.parquet         sealed segment rewritten by compaction
         00000000000000002000.arrow                 active (appendable) segment
+        00000000000000003000-e00000000007.arrow    active segment of leader epoch 7 (cluster)
+        00000000000000003000-e00000000008.parquet  sealed by the leader of epoch 8 (cluster)
         <segment file>.index / .timeindex          sparse offset / time index
         high-watermark.checkpoint, recovery-point.checkpoint, leader-epoch.json
+        high-watermark.e00000000007.checkpoint     the high watermark of epoch 7's segments
         producer-state.json                        idempotent-producer snapshot
 
 No other module formats or parses these strings (``segment_name(42)`` and
@@ -50,7 +53,8 @@ OFFSET_INDEX_SUFFIX = ".index"
 TIME_INDEX_SUFFIX = ".timeindex"
 TMP_PREFIX = ".tmp-"
 
-_SEGMENT_RE = re.compile(r"^(\d{20})(?:\.(\d{5}))?\.(arrow|parquet)$")
+_SEGMENT_RE = re.compile(r"^(\d{20})(?:-e(\d{11}))?(?:\.(\d{5}))?\.(arrow|parquet)$")
+_HWM_EPOCH = "high-watermark.e{:011d}.checkpoint"
 _VERSION_RE = re.compile(r"^(\d{20})\.json$")
 _LEASE_PART = re.compile(r"^[a-zA-Z0-9._-]+$")
 
@@ -91,16 +95,28 @@ class SegmentName:
     base_offset: int
     generation: int
     kind: SegmentKind
+    epoch: int | None = None
 
 
-def segment_name(base_offset: int, *, kind: SegmentKind = SEALED_KIND, generation: int = 0) -> str:
-    """``segment_name(42) == "00000000000000000042.parquet"``."""
+def segment_name(
+    base_offset: int,
+    *,
+    kind: SegmentKind = SEALED_KIND,
+    generation: int = 0,
+    epoch: int | None = None,
+) -> str:
+    """``segment_name(42) == "00000000000000000042.parquet"``. ``epoch``: the leader epoch
+    of the cluster-mode writer that created the file (``...42-e00000000007.arrow``), so
+    that two leaders of a partition never create the same file."""
     if base_offset < 0 or generation < 0 or generation > 99999:
         raise ValueError(f"bad segment base offset {base_offset} or generation {generation}")
     if kind not in (ACTIVE_KIND, SEALED_KIND):
         raise ValueError(f"unknown segment kind {kind!r}")
+    if epoch is not None and not 0 <= epoch < 10**11:
+        raise ValueError(f"bad leader epoch {epoch}")
+    ep = f"-e{epoch:011d}" if epoch is not None else ""
     gen = f".{generation:05d}" if generation else ""
-    return f"{base_offset:020d}{gen}.{kind}"
+    return f"{base_offset:020d}{ep}{gen}.{kind}"
 
 
 def parse_segment_name(name: str) -> SegmentName | None:
@@ -108,8 +124,19 @@ def parse_segment_name(name: str) -> SegmentName | None:
     m = _SEGMENT_RE.match(name)
     if not m:
         return None
-    kind: SegmentKind = ACTIVE_KIND if m.group(3) == ACTIVE_KIND else SEALED_KIND
-    return SegmentName(int(m.group(1)), int(m.group(2) or 0), kind)
+    kind: SegmentKind = ACTIVE_KIND if m.group(4) == ACTIVE_KIND else SEALED_KIND
+    epoch = int(m.group(2)) if m.group(2) is not None else None
+    return SegmentName(int(m.group(1)), int(m.group(3) or 0), kind, epoch)
+
+
+def high_watermark_file(active_segment: str) -> str:
+    """The high-watermark checkpoint of the active segment named ``active_segment``: one
+    per leader epoch in cluster mode (a deposed leader moving its own checkpoint changes
+    nothing a reader of the successor's manifest reads), the one shared name otherwise."""
+    parsed = parse_segment_name(active_segment)
+    if parsed is None or parsed.epoch is None:
+        return HIGH_WATERMARK_FILE
+    return _HWM_EPOCH.format(parsed.epoch)
 
 
 def offset_index_name(segment: str) -> str:

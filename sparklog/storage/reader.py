@@ -2,8 +2,8 @@
 
 ``LogView`` serves every read: the broker's (through ``PartitionLog``, which hands it the
 live active segment) and out-of-process readers' such as Spark executors (through
-``PartitionReader``, which reads the high-watermark checkpoint *before* the manifest, so the
-manifest it sees already names the segment the watermark points into). Nothing at or past
+``PartitionReader``, which reads the manifest, then the high-watermark checkpoint of its
+active segment, and reads again if the watermark points past that segment). Nothing at or past
 the high watermark is ever returned. Readers take no locks: the files a view names stay on
 disk for ``file.delete.delay.ms`` after a newer manifest drops them.
 """
@@ -234,11 +234,16 @@ class PartitionReader:
 
     def view(self) -> LogView:
         for _ in range(20):
+            # the manifest first, then the high watermark of its active segment's epoch:
+            # a roll in between moves the watermark past that segment (read again); a new
+            # leader in between leaves the old epoch's checkpoint as the manifest left it
+            manifest = self._store.latest()
             try:
-                hwm = checkpoints.read_high_watermark(self.fs, self.path)
+                hwm = checkpoints.read_high_watermark(
+                    self.fs, self.path, manifest.active.name if manifest else ""
+                )
             except CorruptMetadataError:
                 hwm = None  # a writer died mid-write: show only what rolled segments hold
-            manifest = self._store.latest()
             if manifest is None:
                 # no writer has opened this partition yet (the broker opens partitions on
                 # first use): it reads as an empty log at offset 0, as it will start

@@ -16,6 +16,18 @@ Steps (each safe to redo: a crash during recovery is recovered by the next open)
    unfinished seals, collect garbage.
 
 A partition with no manifest yet gets version 0: one empty active segment at offset 0.
+
+Take-over (cluster mode, ``take_over``): the broker the controller made leader at epoch E
+1. commits ``EpochChange(E)`` - from then on every manifest commit of an older leader,
+   which may still be running (paused, cut off from etcd), is refused;
+2. only then recovers as above (orphans and the torn tail are the old leader's, and it can
+   no longer commit a roll that would name them);
+3. creates the new active segment ``<end>-e<E>.arrow`` (a name no other leader uses) and
+   commits ``TakeOver``: the old active segment frozen at the end of its longest valid
+   prefix (dropped if empty), the new one active. Whatever the old leader appends to its
+   file afterwards lies past the frozen end, which is all any reader reads.
+A crash between the steps is redone by the next take-over (of this broker at E, or of
+another at E+1): each step checks what the previous one left.
 """
 
 from __future__ import annotations
@@ -27,7 +39,7 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 
 from sparklog.errors import CorruptMetadataError
-from sparklog.storage import checkpoints, names
+from sparklog.storage import checkpoints, names, transforms
 from sparklog.storage.active import ActiveSegment
 from sparklog.storage.checkpoints import LogPosition
 from sparklog.storage.config import TopicConfig
@@ -57,6 +69,12 @@ class Recovered:
     manifest: Manifest
     active: ActiveSegment
     report: RecoveryReport
+
+    @property
+    def active_epoch(self) -> int | None:
+        """The leader epoch in the active segment's name (cluster mode), else None."""
+        parsed = names.parse_segment_name(self.active.name)
+        return None if parsed is None else parsed.epoch
 
 
 def _ever_named(store: ManifestStore) -> set[str]:
@@ -131,14 +149,14 @@ def recover(
         manifest = store.create_initial(Manifest(0, 0, (info,)))
     _delete_orphans(fs, path, store, manifest, report)
     active, truncated = ActiveSegment.open(
-        fs, path, manifest.active.base_offset, config.index_interval_bytes
+        fs, path, manifest.active.name, config.index_interval_bytes
     )
     report.truncated_bytes = truncated
     acked = [
         p.position
         for p in (
             _position_or_none(fs, path, names.RECOVERY_POINT_FILE),
-            _position_or_none(fs, path, names.HIGH_WATERMARK_FILE),
+            _position_or_none(fs, path, names.high_watermark_file(manifest.active.name)),
         )
         if p is not None and p.segment == active.base_offset
     ]
@@ -155,6 +173,52 @@ def recover(
             else "",
         )
     return Recovered(store, manifest, active, report)
+
+
+def take_over(
+    fs: FileSystem,
+    path: str,
+    config: TopicConfig,
+    store: ManifestStore,
+    epoch: int,
+    *,
+    now_ms: int,
+    label: str,
+) -> Recovered:
+    """Take the partition over at leader epoch ``epoch`` (the module docstring's steps);
+    ``LeaseLostError`` if a newer epoch committed meanwhile."""
+    if store.latest() is not None:
+        store.commit(transforms.EpochChange(epoch, label))
+    found = recover(fs, path, config, store, now_ms=now_ms, label=label)
+    if found.manifest.leader_epoch < epoch:  # a partition no writer had opened
+        found.manifest = store.commit(transforms.EpochChange(epoch, label))
+    if found.active_epoch == epoch:
+        return found  # this broker took it over at this epoch before (a retried open)
+    old = found.active
+    end = old.next_offset
+    new = ActiveSegment.create(fs, path, end, config.index_interval_bytes, epoch=epoch)
+    frozen = None
+    if old.frame_count:
+        frozen = SegmentInfo(
+            old.name,
+            old.base_offset,
+            end,
+            records=end - old.base_offset,
+            size_bytes=old.size,
+            max_timestamp=old.max_timestamp,
+            created_ms=found.manifest.active.created_ms,
+        )
+    active = SegmentInfo(new.name, end, None, created_ms=now_ms)
+    try:
+        manifest = store.commit(transforms.TakeOver(epoch, old.name, frozen, active, label))
+    except BaseException:
+        new.close()
+        raise
+    finally:
+        old.close()
+    log.info("%s: taken over at leader epoch %d from offset %d (%s %s)", label, epoch, end,
+             old.name, "frozen" if frozen else "empty, dropped")  # fmt: skip
+    return Recovered(store, manifest, new, found.report)
 
 
 def producer_states(

@@ -110,12 +110,22 @@ def write_sealed(
 
 
 def seal_rolled(
-    fs: FileSystem, directory: str, info: SegmentInfo, *, row_group_rows: int = ROW_GROUP_ROWS
+    fs: FileSystem,
+    directory: str,
+    info: SegmentInfo,
+    *,
+    row_group_rows: int = ROW_GROUP_ROWS,
+    epoch: int | None = None,
 ) -> SegmentInfo:
     """Write the sealed segment of the rolled ``.arrow`` segment ``info`` (every frame CRC
-    checked, and its end checked against the manifest's); the manifest entry replacing it."""
+    checked, and its end checked against the manifest's); the manifest entry replacing it.
+    Only the manifest's ``size_bytes`` of the file are read: a segment frozen by a new
+    leader may hold a deposed leader's bytes past them. ``epoch``: the sealing leader's, in
+    cluster mode (it names the file, so two leaders never write the same one)."""
     src = fs.join(directory, info.name)
     buf = fs.read_buffer(src)
+    if info.size_bytes and buf.size > info.size_bytes:
+        buf = buf.slice(0, info.size_bytes)
     frames = scan(buf, info.base_offset)
     end = frames[-1].next_offset if frames else info.base_offset
     if end != info.next_offset:
@@ -123,7 +133,7 @@ def seal_rolled(
             f"{src}: rolled segment holds offsets up to {end - 1}, manifest says "
             f"{info.next_offset - 1 if info.next_offset else '?'}"
         )
-    name = names.segment_name(info.base_offset, kind=names.SEALED_KIND)
+    name = names.segment_name(info.base_offset, kind=names.SEALED_KIND, epoch=epoch)
     stats = write_sealed(
         fs, directory, name, (decode_frame(buf, h) for h in frames), row_group_rows=row_group_rows
     )

@@ -16,6 +16,9 @@ transform           committer   change
 ``Roll``            writer      the active segment gets its end; a new empty one becomes active
 ``Seal``            writer      a rolled ``.arrow`` segment is replaced by its Parquet file
 ``EpochChange``     writer      a new leader epoch; an epoch below the manifest's is refused
+``TakeOver``        new leader  (cluster mode, after its ``EpochChange``) the old active
+                                segment is frozen at its recovered end (dropped if empty);
+                                a new active segment named with the epoch follows it
 ``DeleteRecords``   writer      the log start offset advances (Kafka's DeleteRecords); rolled
                                 segments wholly below it are dropped
 ``DropSegments``    retention   a prefix of segments chosen on the latest version is dropped
@@ -74,6 +77,33 @@ class Roll:
 
     def __call__(self, m: Manifest) -> Manifest:
         return m.replace([self.rolled.name], [self.rolled, self.active])
+
+
+@dataclass(frozen=True)
+class TakeOver:
+    """A cluster-mode leader of ``epoch`` takes the partition over: the active segment
+    ``old_active`` becomes ``frozen`` (rolled, its end the longest valid prefix the new
+    leader recovered; None drops an empty one) and ``active``, a new empty segment named
+    with the epoch, follows it. Readers take a rolled segment's end from the manifest, so
+    whatever a deposed leader appends to the old file afterwards is never read. Refused
+    (``LeaseLostError``) unless the manifest is at ``epoch`` (the ``EpochChange`` came first,
+    so no older leader commits any more) and ``old_active`` is still the active segment."""
+
+    epoch: int
+    old_active: str
+    frozen: SegmentInfo | None
+    active: SegmentInfo
+    label: str = ""
+
+    def __call__(self, m: Manifest) -> Manifest:
+        if m.leader_epoch != self.epoch or m.active.name != self.old_active:
+            raise LeaseLostError(
+                f"{self.label}: take-over at epoch {self.epoch} of {self.old_active} refused: "
+                f"manifest version {m.version} is at epoch {m.leader_epoch}, active "
+                f"{m.active.name}"
+            )
+        frozen = [self.frozen] if self.frozen is not None else []
+        return m.replace([self.old_active], [*frozen, self.active])
 
 
 @dataclass(frozen=True)
