@@ -269,7 +269,15 @@ def _broker(args: argparse.Namespace) -> int:
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     config = BrokerConfig.load(
-        args.config, data_dir=args.data_dir, listen=args.listen, node_id=args.node_id
+        args.config,
+        data_dir=args.data_dir,
+        listen=args.listen,
+        node_id=args.node_id,
+        etcd=args.etcd,
+        lease_ttl_ms=args.lease_ttl_ms,
+        cluster_name=args.cluster,
+        rack=args.rack,
+        advertised_host=args.advertised_host,
     )
     run(config)
     return 0
@@ -384,6 +392,14 @@ def build_parser() -> argparse.ArgumentParser:
     start.add_argument("--listen", help="HOST:PORT to listen on (default 127.0.0.1:9092)")
     start.add_argument("--config", help="a broker TOML file (see conf/broker.toml)")
     start.add_argument("--node-id", type=int)
+    start.add_argument("--advertised-host", help="the host clients are told to connect to")
+    start.add_argument(
+        "--etcd", metavar="HOST:PORT[,HOST:PORT...]",
+        help="cluster mode: the etcd endpoints (every broker over one shared --data-dir)",
+    )  # fmt: skip
+    start.add_argument("--lease-ttl-ms", type=int, help="cluster mode: etcd lease TTL (3000)")
+    start.add_argument("--cluster", help="cluster mode: the cluster's name in etcd (default)")
+    start.add_argument("--rack", help="cluster mode: this broker's rack")
     start.set_defaults(func=_broker)
     cluster = sub.add_parser("cluster", help="cluster mode: what etcd says (docs/cluster.md)")
     csub = cluster.add_subparsers(dest="action", required=True)

@@ -19,6 +19,10 @@ TOML layout::
     manifest_refresh_ms = 1000               # how often open partitions look for manifest
                                              # versions committed by retention/compaction jobs
     gc_interval_ms = 30000                   # how often unreferenced segment files are deleted
+    etcd = "127.0.0.1:2379"                  # cluster mode (docs/cluster.md); absent: embedded
+    lease_ttl_ms = 3000                      # cluster mode: the broker's etcd lease
+    cluster_name = "default"                 # cluster mode: the key prefix in etcd
+    rack = "r1"                              # cluster mode: for follower fetch (client.rack)
 
     [topic_defaults]                   # Kafka topic configs applied to new topics
     "retention.ms" = "604800000"
@@ -51,6 +55,10 @@ class BrokerConfig:
     group_max_session_timeout_ms: int = 1_800_000
     manifest_refresh_ms: int = 1000
     gc_interval_ms: int = 30_000
+    etcd: str | None = None
+    lease_ttl_ms: int = 3000
+    cluster_name: str = "default"
+    rack: str | None = None
     topic_defaults: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -66,6 +74,14 @@ class BrokerConfig:
         if self.socket_request_max_bytes < 1024:
             raise ValueError("socket_request_max_bytes must be at least 1024")
         TopicConfig.from_mapping(self.topic_defaults)
+        if self.lease_ttl_ms < 1000:
+            raise ValueError(f"lease_ttl_ms must be >= 1000 (etcd leases are whole seconds), "
+                             f"got {self.lease_ttl_ms}")  # fmt: skip
+
+    @property
+    def clustered(self) -> bool:
+        """Cluster mode: brokers over shared storage, coordinated through etcd."""
+        return bool(self.etcd)
 
     @property
     def listener(self) -> Listener:

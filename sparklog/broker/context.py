@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from sparklog.broker.connection import Connection
     from sparklog.broker.groups import GroupCoordinator
+    from sparklog.broker.membership import ClusterMember
     from sparklog.broker.offsets import OffsetStore
     from sparklog.broker.partitions import PartitionManager
 
@@ -28,6 +29,7 @@ class BrokerServices:
     manager: PartitionManager
     coordinator: GroupCoordinator
     offsets: OffsetStore
+    cluster: ClusterMember | None = None  # cluster mode only
 
 
 @dataclass(frozen=True)
@@ -49,6 +51,21 @@ class RequestContext:
     @property
     def offsets(self) -> OffsetStore:
         return self.services.offsets
+
+    @property
+    def cluster(self) -> ClusterMember | None:
+        return self.services.cluster
+
+    def check_coordinator(self, group: str) -> None:
+        """Cluster mode: NotCoordinatorError unless this broker coordinates ``group`` (it
+        leads the group's ``__consumer_offsets`` partition, taken over and loaded)."""
+        if self.services.cluster is None:
+            return
+        from sparklog.broker.offsets import OFFSETS_TOPIC, offsets_partition
+        from sparklog.errors import NotCoordinatorError
+
+        if (OFFSETS_TOPIC, offsets_partition(group)) not in self.services.manager.handles:
+            raise NotCoordinatorError(f"broker {self.node_id} does not coordinate group {group!r}")
 
     @property
     def node_id(self) -> int:

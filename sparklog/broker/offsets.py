@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 
 from sparklog.broker.partitions import PartitionManager
-from sparklog.errors import UnknownTopicError
+from sparklog.errors import TopicExistsError, UnknownTopicError
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +51,12 @@ class CommitEntry:
     metadata: str | None = None
 
 
+def offsets_partition(group: str) -> int:
+    """The ``__consumer_offsets`` partition of ``group`` (its leader coordinates the group
+    in cluster mode)."""
+    return zlib.crc32(group.encode()) % OFFSETS_PARTITIONS
+
+
 def _key(group: str, topic: str, partition: int) -> bytes:
     return json.dumps(["offset", group, topic, partition]).encode()
 
@@ -62,28 +68,47 @@ class OffsetStore:
         self.manager = manager
         self.offsets: dict[str, dict[tuple[str, int], Committed]] = {}
 
-    def load(self) -> None:
+    def ensure_topic(self) -> int:
+        """Create ``__consumer_offsets`` if missing; its partition count."""
         try:
             meta = self.manager.topic(OFFSETS_TOPIC)
         except UnknownTopicError:
-            meta = self.manager.create_topic(
-                OFFSETS_TOPIC, OFFSETS_PARTITIONS,
-                {"cleanup.policy": "compact", "segment.bytes": str(64 * 1024 * 1024)},
-            )  # fmt: skip
-        loaded = 0
-        for p in range(meta.partitions):
-            handle = self.manager.partition(OFFSETS_TOPIC, p)
-            plog = handle.log
-            if plog.high_watermark <= plog.log_start_offset:
-                continue
-            for batch in plog.batches(plog.log_start_offset):
-                for key, value in zip(
-                    batch.column("key").to_pylist(), batch.column("value").to_pylist(),
-                    strict=True,
-                ):  # fmt: skip
-                    self._apply(key, value)
-                    loaded += 1
+            try:
+                meta = self.manager.create_topic(
+                    OFFSETS_TOPIC, OFFSETS_PARTITIONS,
+                    {"cleanup.policy": "compact", "segment.bytes": str(64 * 1024 * 1024)},
+                )  # fmt: skip
+            except TopicExistsError:  # another broker of the cluster created it first
+                meta = self.manager.topic(OFFSETS_TOPIC)
+        return meta.partitions
+
+    def load(self) -> None:
+        """Embedded mode: replay every partition of ``__consumer_offsets``."""
+        loaded = sum(self.load_partition(p) for p in range(self.ensure_topic()))
         log.info("loaded %d offset commit records for %d groups", loaded, len(self.offsets))
+
+    def load_partition(self, partition: int) -> int:
+        """Replay one partition of ``__consumer_offsets`` (its groups' commits; cluster mode
+        does this when the broker takes the partition over); the records read."""
+        self.drop_partition(partition)
+        plog = self.manager.partition(OFFSETS_TOPIC, partition).log
+        if plog.high_watermark <= plog.log_start_offset:
+            return 0
+        loaded = 0
+        for batch in plog.batches(plog.log_start_offset):
+            for key, value in zip(
+                batch.column("key").to_pylist(), batch.column("value").to_pylist(),
+                strict=True,
+            ):  # fmt: skip
+                self._apply(key, value)
+                loaded += 1
+        return loaded
+
+    def drop_partition(self, partition: int) -> None:
+        """Forget the groups of one ``__consumer_offsets`` partition (cluster mode: another
+        broker leads it now, and coordinates them)."""
+        for group in [g for g in self.offsets if offsets_partition(g) == partition]:
+            del self.offsets[group]
 
     def _apply(self, key: bytes | None, value: bytes | None) -> None:
         if key is None:
@@ -107,8 +132,7 @@ class OffsetStore:
         )  # fmt: skip
 
     async def _write(self, group: str, records: Sequence[tuple[bytes, bytes | None]]) -> None:
-        partition = zlib.crc32(group.encode()) % OFFSETS_PARTITIONS
-        handle = self.manager.partition(OFFSETS_TOPIC, partition)
+        handle = self.manager.partition(OFFSETS_TOPIC, offsets_partition(group))
         batch = pa.RecordBatch.from_arrays(
             [pa.array([k for k, _ in records], pa.binary()),
              pa.array([v for _, v in records], pa.binary())],

@@ -11,12 +11,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from sparklog.broker.config import BrokerConfig
 from sparklog.broker.producer_ids import ProducerIdAllocator
-from sparklog.errors import UnknownTopicError
+from sparklog.errors import NotLeaderError, UnknownTopicError
 from sparklog.kafka.records import DecodedBatch
 from sparklog.storage import Storage, names
 from sparklog.storage.log import AppendResult, PartitionLog
@@ -44,9 +44,12 @@ class PartitionHandle:
 class PartitionManager:
     """Topics and open partition logs of one broker; the single writer of its data dir."""
 
-    def __init__(self, config: BrokerConfig, storage: Storage) -> None:
+    def __init__(self, config: BrokerConfig, storage: Storage, *, cluster: bool = False) -> None:
         self.config = config
         self.storage = storage
+        #: cluster mode: partitions are opened only when the controller assigns them to
+        #: this broker (``open_led``/``install``, by ``sparklog.broker.membership``)
+        self.cluster = cluster
         self.handles: dict[tuple[str, int], PartitionHandle] = {}
         self._topics: dict[str, TopicMeta] = {}
         self.producer_ids = ProducerIdAllocator(storage.fs, storage.root)
@@ -157,6 +160,10 @@ class PartitionManager:
         if handle is not None:
             return handle
         meta = self.storage.topics.check_partition(topic, partition)
+        if self.cluster:
+            raise NotLeaderError(
+                f"{topic}-{partition}: broker {self.config.node_id} does not lead it"
+            )
         plog = PartitionLog.open(
             self.storage.fs,
             self.storage.root,
@@ -170,6 +177,32 @@ class PartitionManager:
         except BaseException:
             plog.close()
             raise
+        handle = PartitionHandle(topic, partition, plog, epoch)
+        loop = asyncio.get_running_loop()
+        plog.on_durable(lambda _pos: self._wake(loop, handle))
+        self.handles[(topic, partition)] = handle
+        return handle
+
+    def open_led(
+        self, topic: str, partition: int, epoch: int, fence: Callable[[], None]
+    ) -> PartitionLog:
+        """Cluster mode: take ``topic-partition`` over at leader ``epoch`` (blocking: run it
+        on a worker thread); ``install`` it on the event loop."""
+        meta = self.storage.topics.check_partition(topic, partition)
+        return PartitionLog.open(
+            self.storage.fs,
+            self.storage.root,
+            topic,
+            partition,
+            meta.config,
+            writer=f"broker:{self.config.node_id}",
+            leader_epoch=epoch,
+            fence=fence,
+        )
+
+    def install(
+        self, topic: str, partition: int, plog: PartitionLog, epoch: int
+    ) -> PartitionHandle:
         handle = PartitionHandle(topic, partition, plog, epoch)
         loop = asyncio.get_running_loop()
         plog.on_durable(lambda _pos: self._wake(loop, handle))

@@ -8,8 +8,11 @@ connection; none of these affects other connections.
 
 Start-up takes the broker's lease on its data dir (embedded mode: the local lease backend,
 so a second broker on the same directory refuses to start), and every partition a broker
-opens starts a new leader epoch. SIGTERM/SIGINT stop it
-cleanly: the listener closes, in-flight requests finish, every log is synced and closed.
+opens starts a new leader epoch. In cluster mode (``etcd`` set) there is no data-dir
+lease: brokers share the directory, and a broker writes only the partitions the controller
+assigned it, at their epochs (``sparklog.broker.membership``, docs/cluster.md).
+SIGTERM/SIGINT stop it cleanly: the listener closes, in-flight requests finish, every log
+is synced and closed.
 
 Maintenance: every ``manifest_refresh_ms`` the open partitions pick up manifest versions
 that retention and compaction jobs committed (the jobs never call the broker: fetch and
@@ -40,7 +43,8 @@ from sparklog.broker.config import BrokerConfig
 from sparklog.broker.connection import Connection
 from sparklog.broker.context import BrokerServices, RequestContext
 from sparklog.broker.groups import GroupCoordinator
-from sparklog.broker.offsets import OffsetStore
+from sparklog.broker.membership import ClusterMember
+from sparklog.broker.offsets import OFFSETS_TOPIC, OffsetStore
 from sparklog.broker.partitions import PartitionManager
 from sparklog.errors import CorruptMetadataError, FrameError
 from sparklog.kafka import wire
@@ -69,6 +73,7 @@ class Broker:
         self.config = config
         self.storage = Storage(config.data_dir)
         self._lease: Lease | None = None
+        self.member: ClusterMember | None = None
         self.manager: PartitionManager | None = None
         self.services: BrokerServices | None = None
         self._server: asyncio.Server | None = None
@@ -81,28 +86,44 @@ class Broker:
         self._maintenance_pool = ThreadPoolExecutor(1, thread_name_prefix="sparklog-maintain")
 
     async def start(self) -> None:
-        self._lease = self.storage.leases.acquire(DATA_DIR, self._holder())
+        clustered = self.config.clustered
+        if not clustered:  # in a cluster, etcd and leader epochs say who writes what
+            self._lease = self.storage.leases.acquire(DATA_DIR, self._holder())
         try:
             self.cluster_id = _cluster_id(self.storage)
-            self.manager = PartitionManager(self.config, self.storage)
+            self.manager = PartitionManager(self.config, self.storage, cluster=clustered)
             offsets = OffsetStore(self.manager)
-            offsets.load()
+            if clustered:
+                offsets.ensure_topic()  # its partitions load as this broker takes them over
+            else:
+                offsets.load()
             coordinator = GroupCoordinator(
                 initial_rebalance_delay_ms=self.config.group_initial_rebalance_delay_ms,
                 min_session_timeout_ms=self.config.group_min_session_timeout_ms,
                 max_session_timeout_ms=self.config.group_max_session_timeout_ms,
             )
             coordinator.start()
+            if clustered:
+                self.member = self._member(offsets)
             self.services = BrokerServices(
-                self.config.node_id, self.cluster_id, self.manager, coordinator, offsets
-            )
+                self.config.node_id, self.cluster_id, self.manager, coordinator, offsets,
+                self.member,
+            )  # fmt: skip
             host, port = self.config.host_port
             self._server = await asyncio.start_server(self._accept, host, port, backlog=256)
             sock = self._server.sockets[0].getsockname()
             self.host, self.port = self.config.advertised_host or sock[0], int(sock[1])
+            if self.member is not None:
+                await self.member.start(self.host, self.port)
             self._maintenance = asyncio.get_running_loop().create_task(self._maintain())
         except BaseException:
-            self._lease.release()
+            if self._server is not None:
+                self._server.close()
+            if self.member is not None:
+                with contextlib.suppress(Exception):
+                    await self.member.stop()
+            if self._lease is not None:
+                self._lease.release()
             raise
         log.info(
             "sparklog broker %d listening on %s:%d (data dir %s)",
@@ -110,6 +131,28 @@ class Broker:
             sock[0],
             self.port,
             self.storage.root,
+        )
+
+    def _member(self, offsets: OffsetStore) -> ClusterMember:
+        assert self.manager is not None and self.config.etcd is not None
+
+        def gained(topic: str, partition: int) -> None:
+            if topic == OFFSETS_TOPIC:
+                offsets.load_partition(partition)
+
+        def lost(topic: str, partition: int) -> None:
+            if topic == OFFSETS_TOPIC:
+                offsets.drop_partition(partition)
+
+        return ClusterMember(
+            self.manager,
+            endpoints=self.config.etcd,
+            cluster=self.config.cluster_name,
+            lease_ttl_ms=self.config.lease_ttl_ms,
+            node_id=self.config.node_id,
+            rack=self.config.rack,
+            on_gained=gained,
+            on_lost=lost,
         )
 
     async def _maintain(self) -> None:
@@ -148,6 +191,8 @@ class Broker:
         if self._server is not None:
             with contextlib.suppress(Exception):
                 await self._server.wait_closed()
+        if self.member is not None:  # closes its logs off the event loop, then leaves etcd
+            await self.member.stop()
         if self.manager is not None:
             self.manager.close()
         if self._lease is not None:

@@ -297,6 +297,23 @@ class Coordination:
                 return start
         raise CoordinationError("could not reserve producer ids: 100 lost races in a row")
 
+    async def get_many(self, keys: list[bytes]) -> dict[bytes, bytes | None]:
+        """The values of ``keys``, each group of ``TXN_OPS`` read in one linearizable
+        transaction (one round trip however many partitions a group-commit round holds)."""
+        out: dict[bytes, bytes | None] = {}
+        for at in range(0, len(keys), TXN_OPS):
+            chunk = keys[at : at + TXN_OPS]
+
+            async def txn(c: aetcd.Client, chunk: list[bytes] = chunk) -> Any:
+                return await c.transaction(
+                    compare=[], success=[c.transactions.get(k) for k in chunk], failure=[]
+                )
+
+            _ok, resp = await self.call("a leader epoch check", txn)
+            for key, got in zip(chunk, resp, strict=True):
+                out[key] = bytes(got[0][0]) if got else None
+        return out
+
     async def get_prefix(self, prefix: bytes) -> dict[bytes, bytes]:
         found = await self.call("a prefix read", lambda c: c.get_prefix(prefix))
         return {bytes(kv.key): bytes(kv.value) for kv in found}

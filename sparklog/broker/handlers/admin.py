@@ -336,6 +336,10 @@ async def init_producer_id(ctx: RequestContext, header: Any, req: Any) -> dict[s
     return {
         "throttle_time": 0,
         "error_code": ErrorCode.none,
-        "producer_id": ctx.manager.producer_ids.next_id(),
+        "producer_id": (
+            await ctx.cluster.next_producer_id()
+            if ctx.cluster is not None
+            else ctx.manager.producer_ids.next_id()
+        ),
         "producer_epoch": 0,
     }

@@ -12,10 +12,48 @@ from sparklog.broker.errors import error_code
 from sparklog.errors import SparkLogError, UnknownTopicError
 
 
+def _cluster_partition(ctx: RequestContext, name: str, p: int) -> dict[str, Any]:
+    """A partition as the cluster view says: its leader (-1 and LEADER_NOT_AVAILABLE while
+    it has no live one), leader epoch, replicas, and the live ones as the ISR (the data is
+    on shared storage: every live replica is in sync by construction)."""
+    cluster = ctx.cluster
+    assert cluster is not None
+    a = cluster.view.assignments.get((name, p))
+    live = cluster.view.brokers
+    if a is None:
+        leader, epoch, replicas = -1, -1, []
+    else:
+        leader = a.leader if a.leader in live else -1
+        epoch, replicas = a.leader_epoch, list(a.replicas)
+    return {
+        "error_code": ErrorCode.none if leader >= 0 else ErrorCode.leader_not_available,
+        "partition_index": p,
+        "leader_id": leader,
+        "leader_epoch": epoch,
+        "replica_nodes": replicas,
+        "isr_nodes": [r for r in replicas if r in live],
+        "offline_replicas": [r for r in replicas if r not in live],
+    }
+
+
+def _brokers(ctx: RequestContext) -> list[dict[str, Any]]:
+    """Every live broker; this one with the address of the listener the client used."""
+    me: dict[str, Any] = {"node_id": ctx.node_id, "host": ctx.host, "port": ctx.port, "rack": None}
+    if ctx.cluster is None:
+        return [me]
+    out = {b.node_id: {"node_id": b.node_id, "host": b.host, "port": b.port, "rack": b.rack}
+           for b in ctx.cluster.view.brokers.values()}  # fmt: skip
+    out[ctx.node_id] = {**me, "rack": ctx.cluster.rack}
+    return [out[n] for n in sorted(out)]
+
+
 def _topic_entry(ctx: RequestContext, name: str) -> dict[str, Any]:
     meta = ctx.manager.topic(name)
     partitions = []
     for p in range(meta.partitions):
+        if ctx.cluster is not None:
+            partitions.append(_cluster_partition(ctx, name, p))
+            continue
         # describing a partition must not open its log (file descriptors, epoch bump):
         # an unopened partition's epoch is unknown (-1) until a produce or fetch opens it
         handle = ctx.manager.handles.get((name, p))
@@ -38,6 +76,13 @@ def _topic_entry(ctx: RequestContext, name: str) -> dict[str, Any]:
         "partitions": partitions,
         "topic_authorized_operations": -2147483648,
     }
+
+
+def _controller(ctx: RequestContext) -> int:
+    if ctx.cluster is None:
+        return ctx.node_id
+    ctl = ctx.cluster.view.controller
+    return ctl.node_id if ctl is not None else -1
 
 
 async def metadata(ctx: RequestContext, header: Any, req: Any) -> dict[str, Any]:
@@ -68,9 +113,9 @@ async def metadata(ctx: RequestContext, header: Any, req: Any) -> dict[str, Any]
             )
     return {
         "throttle_time": 0,
-        "brokers": [{"node_id": ctx.node_id, "host": ctx.host, "port": ctx.port, "rack": None}],
+        "brokers": _brokers(ctx),
         "cluster_id": ctx.cluster_id,
-        "controller_id": ctx.node_id,
+        "controller_id": _controller(ctx),
         "topics": topics,
         "cluster_authorized_operations": -2147483648,
     }

@@ -24,18 +24,30 @@ def _ms(value: Any, default: int) -> int:
     return int(value)
 
 
+def _coordinator(ctx: RequestContext, key: str) -> dict[str, Any]:
+    """This broker (embedded), or the leader of the group's ``__consumer_offsets``
+    partition (cluster mode; COORDINATOR_NOT_AVAILABLE while it has none)."""
+    me = {"node_id": ctx.node_id, "host": ctx.host, "port": ctx.port}
+    cluster = ctx.cluster
+    if cluster is None:
+        return {**me, "error_code": ErrorCode.none, "error_message": None}
+    node = cluster.coordinator_of(key)
+    if node == ctx.node_id:
+        return {**me, "error_code": ErrorCode.none, "error_message": None}
+    b = cluster.view.brokers.get(node)
+    if b is None:
+        return {"node_id": -1, "host": "", "port": -1,
+                "error_code": ErrorCode.coordinator_not_available,
+                "error_message": f"group {key!r} has no live coordinator yet"}  # fmt: skip
+    return {"node_id": b.node_id, "host": b.host, "port": b.port,
+            "error_code": ErrorCode.none, "error_message": None}  # fmt: skip
+
+
 async def find_coordinator(ctx: RequestContext, header: Any, req: Any) -> dict[str, Any]:
     keys = list(getattr(req, "coordinator_keys", ()) or [getattr(req, "key", "")])
-    me = {"node_id": ctx.node_id, "host": ctx.host, "port": ctx.port}
-    return {
-        "throttle_time": 0,
-        "error_code": ErrorCode.none,
-        "error_message": None,
-        **me,
-        "coordinators": [
-            {"key": k, **me, "error_code": ErrorCode.none, "error_message": None} for k in keys
-        ],
-    }
+    found = [{"key": k, **_coordinator(ctx, k)} for k in keys]
+    first = {k: v for k, v in found[0].items() if k != "key"}
+    return {"throttle_time": 0, **first, "coordinators": found}
 
 
 async def join_group(ctx: RequestContext, header: Any, req: Any) -> dict[str, Any]:
@@ -53,6 +65,7 @@ async def join_group(ctx: RequestContext, header: Any, req: Any) -> dict[str, An
         requires_known_member_id=ctx.api_version >= 4,
     )
     try:
+        ctx.check_coordinator(req.group_id)
         return await ctx.coordinator.join(join)
     except GroupError as e:
         return {
@@ -70,6 +83,7 @@ async def join_group(ctx: RequestContext, header: Any, req: Any) -> dict[str, An
 
 async def sync_group(ctx: RequestContext, header: Any, req: Any) -> dict[str, Any]:
     try:
+        ctx.check_coordinator(req.group_id)
         assignment, group = await ctx.coordinator.sync(
             req.group_id,
             req.member_id,
@@ -91,6 +105,7 @@ async def sync_group(ctx: RequestContext, header: Any, req: Any) -> dict[str, An
 
 async def heartbeat(ctx: RequestContext, header: Any, req: Any) -> dict[str, Any]:
     try:
+        ctx.check_coordinator(req.group_id)
         ctx.coordinator.heartbeat(
             req.group_id, req.member_id, getattr(req, "group_instance_id", None),
             int(req.generation_id),
@@ -106,6 +121,7 @@ async def leave_group(ctx: RequestContext, header: Any, req: Any) -> dict[str, A
 
     def leave(member_id: str, instance_id: str | None) -> ErrorCode:
         try:
+            ctx.check_coordinator(req.group_id)
             coordinator.leave(req.group_id, member_id, instance_id)
             return ErrorCode.none
         except GroupError as e:
@@ -127,6 +143,7 @@ async def offset_commit(ctx: RequestContext, header: Any, req: Any) -> dict[str,
                              getattr(req, "generation_id", -1)))  # fmt: skip
     code = ErrorCode.none
     try:
+        ctx.check_coordinator(req.group_id)
         ctx.coordinator.check_commit(
             req.group_id, req.member_id or "", getattr(req, "group_instance_id", None), generation
         )
@@ -169,6 +186,10 @@ async def offset_commit(ctx: RequestContext, header: Any, req: Any) -> dict[str,
 
 
 def _fetch_group(ctx: RequestContext, group_id: str, topics: Any) -> dict[str, Any]:
+    try:
+        ctx.check_coordinator(group_id)
+    except GroupError as e:
+        return {"group_id": group_id, "topics": [], "error_code": error_code(e)}
     committed = ctx.offsets.committed(group_id)
     wanted: list[tuple[str, list[int]]]
     if topics is None:
@@ -200,7 +221,7 @@ async def offset_fetch(ctx: RequestContext, header: Any, req: Any) -> dict[str, 
     groups = getattr(req, "groups", None)
     if groups is None:
         one = _fetch_group(ctx, req.group_id, req.topics)
-        return {"throttle_time": 0, "topics": one["topics"], "error_code": ErrorCode.none}
+        return {"throttle_time": 0, "topics": one["topics"], "error_code": one["error_code"]}
     return {
         "throttle_time": 0,
         "groups": [_fetch_group(ctx, g.group_id, g.topics) for g in groups],

@@ -1,0 +1,317 @@
+"""A broker's membership of a cluster (``--etcd``): registration, the controller role, the
+partitions it leads, and the fence on its acknowledgements. Design: docs/cluster.md.
+
+``ClusterMember.start`` registers ``brokers/<id>`` under the broker's lease, then runs three
+tasks on the broker's event loop:
+
+- the controller role (``ControllerRole.run``: campaign; the winner assigns leaders);
+- the cluster view (``ClusterView``, refreshed from etcd every ``VIEW_INTERVAL_S``), whose
+  answers Metadata, FindCoordinator and NOT_LEADER_OR_FOLLOWER are built from;
+- leadership: after each refresh, partitions newly assigned to this broker are taken over
+  at their epoch (``PartitionLog.open(leader_epoch=...)``, on a worker thread), partitions
+  assigned elsewhere (or at another epoch) are given up (``PartitionLog.abandon``: appends
+  still waiting are never acknowledged).
+
+Who may write what, under which epoch:
+- a partition's files and manifest: only the broker the controller assigned it at epoch E,
+  after committing E to the manifest; its older leaders' manifest commits are refused
+  from then on (``transforms.Fenced``);
+- acknowledgements: every group-commit round of a led partition calls ``EpochFence.check``
+  after its fsync and before its high watermark moves; the check is one linearizable etcd
+  read confirming ``partitions/<t>/<p> == {leader: me, leader_epoch: E}``, shared by every
+  partition whose round waits at that moment. A failed check (another leader, etcd
+  unreachable, this broker's lease gone) raises ``NotLeaderError``: nothing is acked.
+
+``EpochFence.check`` blocks its caller (a storage thread) on a read that runs on the event
+loop, so it must never be called on the loop's own thread: the broker closes its logs on a
+worker thread in cluster mode.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+
+from sparklog.broker.offsets import OFFSETS_TOPIC, offsets_partition
+from sparklog.broker.partitions import PartitionManager
+from sparklog.cluster.assignment import Assignment, Partition
+from sparklog.cluster.controller import ClusterView, ControllerRole
+from sparklog.cluster.coordination import BrokerInfo, Coordination, CoordinationError
+from sparklog.errors import NotLeaderError, SparkLogError
+from sparklog.storage import names
+
+log = logging.getLogger(__name__)
+
+VIEW_INTERVAL_S = 0.25
+FENCE_TIMEOUT_S = 5.0
+PRODUCER_ID_BLOCK = 1000
+
+
+class EpochFence:
+    """Confirms this broker still leads partitions at their epochs, batching the checks of
+    concurrent group-commit rounds into one etcd read (see the module docstring).
+
+    A check registers its key, then waits for a read that *started after* it registered
+    (so the answer is no older than the check) - started by itself if no read is running,
+    else the next one. ``reads`` and ``checks`` count both, for the benchmark."""
+
+    def __init__(self, coord: Coordination, node_id: int, loop: asyncio.AbstractEventLoop) -> None:
+        self.coord = coord
+        self.node_id = node_id
+        self.loop = loop
+        self._cv = threading.Condition()
+        self._pending: set[bytes] = set()
+        self._started = 0  # reads started so far
+        self._reading = False
+        self._seen: dict[bytes, tuple[int, bytes | None]] = {}  # key -> (read no., value)
+        self._failed: tuple[int, str] = (0, "")  # the last read that failed, and why
+        self.reads = 0
+        self.checks = 0
+
+    def check(self, partition: Partition, epoch: int) -> None:
+        """Return if this broker leads ``partition`` at ``epoch`` now; else NotLeaderError."""
+        if self.coord.lease_lost.is_set():
+            raise NotLeaderError(f"{partition[0]}-{partition[1]}: this broker's etcd lease expired")
+        key = self.coord.key("partitions", partition[0], partition[1])
+        with self._cv:
+            self.checks += 1
+            self._pending.add(key)
+            needed = self._started + 1
+            while True:
+                seen = self._seen.get(key)
+                if seen is not None and seen[0] >= needed:
+                    value = seen[1]
+                    break
+                if self._failed[0] >= needed:
+                    raise NotLeaderError(
+                        f"{partition[0]}-{partition[1]}: leadership unconfirmed: {self._failed[1]}"
+                    )
+                if not self._reading:
+                    self._read_locked()
+                    continue
+                self._cv.wait()
+        a = Assignment.from_json(value) if value is not None else None
+        if a is None or a.leader != self.node_id or a.leader_epoch != epoch:
+            now = "no leader" if a is None else f"leader {a.leader} at epoch {a.leader_epoch}"
+            raise NotLeaderError(
+                f"{partition[0]}-{partition[1]}: broker {self.node_id} led it at epoch {epoch}; "
+                f"etcd says {now}"
+            )
+
+    def _read_locked(self) -> None:
+        """Run one read of every pending key (called holding ``_cv``; released meanwhile)."""
+        self._reading = True
+        self._started += 1
+        number, keys = self._started, sorted(self._pending)
+        self._pending.clear()
+        self._cv.release()
+        values: dict[bytes, bytes | None] | None = None
+        why = ""
+        try:
+            fut = asyncio.run_coroutine_threadsafe(self.coord.get_many(keys), self.loop)
+            values = fut.result(FENCE_TIMEOUT_S)
+        except Exception as e:  # unreachable etcd, a closed loop, a timeout
+            why = str(e) or type(e).__name__
+        finally:
+            self._cv.acquire()
+            self._reading = False
+            self.reads += 1
+            if values is None:
+                self._failed = (number, why)
+            else:
+                for k, v in values.items():
+                    self._seen[k] = (number, v)
+            self._cv.notify_all()
+
+
+class ClusterMember:
+    """See the module docstring."""
+
+    def __init__(
+        self,
+        manager: PartitionManager,
+        *,
+        endpoints: str,
+        cluster: str,
+        lease_ttl_ms: int,
+        node_id: int,
+        rack: str | None,
+        on_gained: Callable[[str, int], None],
+        on_lost: Callable[[str, int], None],
+    ) -> None:
+        self.manager = manager
+        self.node_id = node_id
+        self.rack = rack
+        self.coord = Coordination(endpoints, cluster=cluster, lease_ttl_ms=lease_ttl_ms)
+        self.view = ClusterView(self.coord, node_id)
+        self.role = ControllerRole(self.coord, node_id, self._all_partitions)
+        self.fence: EpochFence | None = None
+        self._on_gained = on_gained
+        self._on_lost = on_lost
+        self._stop = asyncio.Event()
+        self._tasks: list[asyncio.Task[None]] = []
+        self._pool = ThreadPoolExecutor(1, thread_name_prefix="sparklog-takeover")
+        self._pids = (0, 0)  # the reserved producer id block: next, limit
+        self._pid_lock = asyncio.Lock()
+        self.leadership_changes = 0
+        self._host_port = ("", 0)
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def start(self, host: str, port: int) -> None:
+        self._host_port = (host, port)
+        await self.coord.register(BrokerInfo(self.node_id, host, port, self.rack))
+        self.fence = EpochFence(self.coord, self.node_id, asyncio.get_running_loop())
+        loop = asyncio.get_running_loop()
+        self._tasks = [
+            loop.create_task(self.role.run(self._stop)),
+            loop.create_task(self._lead()),
+        ]
+        log.info("broker %d joined the cluster (etcd %s)", self.node_id,
+                 ",".join(f"{h}:{p}" for h, p in self.coord.endpoints))  # fmt: skip
+
+    async def stop(self) -> None:
+        """Give up every partition (closing its log: what was appended is acked if the fence
+        still passes), then leave etcd, so the controller moves the partitions at once."""
+        self._stop.set()
+        for t in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await t
+        loop = asyncio.get_running_loop()
+        for key in list(self.manager.handles):
+            handle = self.manager.handles.pop(key)
+            with contextlib.suppress(Exception):
+                await loop.run_in_executor(self._pool, handle.log.close)
+            self.manager.notify(handle)
+        self._pool.shutdown(wait=True)
+        await self.coord.close()
+
+    def _all_partitions(self) -> list[Partition]:
+        return [
+            (name, p)
+            for name, meta in self.manager.topics().items()
+            for p in range(meta.partitions)
+        ]
+
+    # ------------------------------------------------------------------ leadership
+
+    async def _lead(self) -> None:
+        while not self._stop.is_set():
+            try:
+                await self.view.refresh()
+                await self._apply(self.view.assignments)
+            except CoordinationError as e:
+                log.warning("broker %d: cluster view: %s", self.node_id, e)
+            except Exception:
+                log.exception("broker %d: applying the assignments failed", self.node_id)
+            if self.coord.lease_lost.is_set():
+                await self._give_up_all("this broker's etcd lease expired")
+                await self._rejoin()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stop.wait(), VIEW_INTERVAL_S)
+
+    async def _rejoin(self) -> None:
+        """After a lost lease (a pause or a cut from etcd longer than the TTL): register
+        again under a new lease, and campaign again."""
+        host, port = self._advertised
+        try:
+            await self.coord.register(BrokerInfo(self.node_id, host, port, self.rack))
+        except CoordinationError as e:
+            log.warning("broker %d: could not register again yet: %s", self.node_id, e)
+            return
+        loop = asyncio.get_running_loop()
+        self._tasks.append(loop.create_task(self.role.run(self._stop)))
+        log.info("broker %d registered again", self.node_id)
+
+    @property
+    def _advertised(self) -> tuple[str, int]:
+        return self._host_port
+
+    async def _apply(self, assignments: dict[Partition, Assignment]) -> None:
+        mine = {p: a.leader_epoch for p, a in assignments.items() if a.leader == self.node_id}
+        for key, handle in list(self.manager.handles.items()):
+            if mine.get(key) != handle.leader_epoch:
+                await self._give_up(key, "assigned elsewhere")
+        loop = asyncio.get_running_loop()
+        for p, epoch in sorted(mine.items()):
+            if p in self.manager.handles or self._stop.is_set():
+                continue
+            try:
+                self.manager.topic(p[0])
+            except SparkLogError:
+                continue  # deleted meanwhile; the controller drops it next round
+            fence = self._fence_for(p, epoch)
+            try:
+                plog = await loop.run_in_executor(
+                    self._pool, self.manager.open_led, p[0], p[1], epoch, fence
+                )
+            except SparkLogError as e:
+                log.warning("broker %d: taking %s-%d over at epoch %d failed: %s",
+                            self.node_id, p[0], p[1], epoch, e)  # fmt: skip
+                continue
+            self.manager.install(p[0], p[1], plog, epoch)
+            self.leadership_changes += 1
+            log.info("broker %d leads %s-%d at epoch %d from offset %d", self.node_id, p[0],
+                     p[1], epoch, plog.log_end_offset)  # fmt: skip
+            self._on_gained(p[0], p[1])
+
+    def _fence_for(self, p: Partition, epoch: int) -> Callable[[], None]:
+        fence = self.fence
+        assert fence is not None
+        return lambda: fence.check(p, epoch)
+
+    async def _give_up(self, key: tuple[str, int], why: str) -> None:
+        handle = self.manager.handles.pop(key, None)
+        if handle is None:
+            return
+        handle.log.abandon(NotLeaderError(f"{handle.label}: {why}"))
+        self.manager.notify(handle)
+        self.leadership_changes += 1
+        log.info("broker %d gave up %s (epoch %d): %s", self.node_id, handle.label,
+                 handle.leader_epoch, why)  # fmt: skip
+        self._on_lost(*key)
+
+    async def _give_up_all(self, why: str) -> None:
+        for key in list(self.manager.handles):
+            await self._give_up(key, why)
+
+    # ------------------------------------------------------------------ answers
+
+    def leader_of(self, topic: str, partition: int) -> tuple[int, int]:
+        """(leader node id, leader epoch) as the view says; (-1, -1) when unassigned."""
+        a = self.view.assignments.get((topic, partition))
+        if a is None:
+            return -1, -1
+        return (a.leader if a.leader in self.view.brokers else -1), a.leader_epoch
+
+    def coordinator_of(self, group: str) -> int:
+        """The group's coordinator: the leader of its ``__consumer_offsets`` partition, as
+        in Kafka (-1 while that partition has no live leader)."""
+        return self.leader_of(OFFSETS_TOPIC, offsets_partition(group))[0]
+
+    async def next_producer_id(self) -> int:
+        """A producer id no broker of the cluster hands out again (blocks reserved through
+        etcd, never below this data dir's own embedded-mode counter)."""
+        async with self._pid_lock:
+            nxt, limit = self._pids
+            if nxt >= limit:
+                start = await self.coord.reserve_producer_ids(
+                    PRODUCER_ID_BLOCK, at_least=self._embedded_counter()
+                )
+                nxt, limit = start, start + PRODUCER_ID_BLOCK
+            self._pids = (nxt + 1, limit)
+            return nxt
+
+    def _embedded_counter(self) -> int:
+        fs, root = self.manager.storage.fs, self.manager.storage.root
+        try:
+            return int(
+                json.loads(fs.read_bytes(fs.join(root, names.PRODUCER_IDS_FILE)))["next_block"]
+            )
+        except (FileNotFoundError, ValueError, KeyError, TypeError):
+            return 0
