@@ -276,19 +276,9 @@ class BrokerCluster:
     ) -> None:
         self.data_dir = data_dir
         self.endpoints = endpoints
+        flags = ("--node-id", "--etcd", endpoints, "--lease-ttl-ms", str(lease_ttl_ms))
         self.brokers = {
-            i: BrokerProcess(
-                data_dir,
-                extra=(
-                    "--node-id",
-                    str(i),
-                    "--etcd",
-                    endpoints,
-                    "--lease-ttl-ms",
-                    str(lease_ttl_ms),
-                    *extra,
-                ),
-            )  # fmt: skip
+            i: BrokerProcess(data_dir, extra=(flags[0], str(i), *flags[1:], *extra))
             for i in range(1, n + 1)
         }
 

@@ -96,17 +96,3 @@ def plan(
         others = (r for r in _replicas(leader[p], brokers) if r != pref)
         changes[p] = Assignment(leader[p], epoch, (pref, *others)[:REPLICAS])
     return changes
-
-
-def group_coordinator(group_id: str, live: Iterable[int]) -> int | None:
-    """The broker that coordinates consumer group ``group_id``: rendezvous hashing over
-    the live brokers (the one with the highest hash of (group, broker) wins), so every
-    broker computes the same answer from the same membership, and when a broker leaves
-    only its own groups move (to the next-highest broker). None without live brokers."""
-    import hashlib
-
-    def weight(node: int) -> bytes:
-        return hashlib.blake2b(f"{group_id}\0{node}".encode(), digest_size=8).digest()
-
-    brokers = list(live)
-    return max(brokers, key=weight) if brokers else None

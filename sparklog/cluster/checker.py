@@ -3,7 +3,9 @@
 The history a fault test records:
 - ``sends``: every record sent, in send order per producer: ``(producer, key, value)``;
   values are unique across the history;
-- ``acked``: value -> ``(partition, offset)`` for every send the broker acknowledged;
+- ``acked``: value -> ``(partition, offset)`` for every send the broker acknowledged
+  (offset -1: acknowledged without one, as librdkafka reports a DUPLICATE_SEQUENCE_NUMBER
+  answer; such a value is checked for loss and duplication, not for its offset);
 - ``failed``: values whose send ended in an error (they may or may not be in the log: an
   *unknown* outcome, Jepsen's ``:info``);
 - ``reads``: what consumers read, ``(consumer, partition, offset, value)`` in the order
@@ -24,6 +26,7 @@ Anomalies (each must be zero):
 from __future__ import annotations
 
 import bisect
+import itertools
 from collections import defaultdict
 from collections.abc import Hashable
 from dataclasses import dataclass, field
@@ -46,6 +49,7 @@ class Report:
     failed: int = 0
     unknown: int = 0
     read: int = 0
+    unplaced: int = 0  # acknowledged without an offset: checked for loss, not placement
     anomalies: dict[str, int] = field(default_factory=dict)
     examples: dict[str, list[object]] = field(default_factory=dict)
 
@@ -63,8 +67,9 @@ class Report:
         kinds = ("lost", "duplicate", "inconsistent", "nonmonotonic", "skipped", "reordered")
         counts = ", ".join(f"{k} {self.anomalies.get(k, 0)}" for k in kinds)
         return (
-            f"ops ok {self.ok}, failed {self.failed}, unknown {self.unknown}, read "
-            f"{self.read}; anomalies: {counts}" + ("" if self.valid else f"; e.g. {self.examples}")
+            f"ops ok {self.ok} ({self.unplaced} without an offset), failed {self.failed}, "
+            f"unknown {self.unknown}, read {self.read}; anomalies: {counts}"
+            + ("" if self.valid else f"; e.g. {self.examples}")
         )
 
 
@@ -80,11 +85,13 @@ def check(h: History) -> Report:
     for v, where in h.acked.items():
         if v not in stored:
             r.add("lost", (v, where))
+        elif where[1] < 0:  # acknowledged without an offset (a DUPLICATE_SEQUENCE_NUMBER)
+            r.unplaced += 1
         elif stored[v] != {where}:
             r.add("inconsistent", (v, "acked at", where, "read at", sorted(stored[v])))
-    for v, where in stored.items():
-        if len(where) > 1:
-            r.add("duplicate", (v, sorted(where)))
+    for v, places in stored.items():
+        if len(places) > 1:
+            r.add("duplicate", (v, sorted(places)))
     for pos, vs in at.items():
         if len(vs) > 1:
             r.add("inconsistent", (pos, "holds", sorted(map(str, vs))))
@@ -105,10 +112,10 @@ def check(h: History) -> Report:
         last[(c, p)] = o
     by_key: dict[tuple[Hashable, Hashable], list[tuple[int, int]]] = defaultdict(list)
     for producer, key, v in h.sends:
-        if v in h.acked:
+        if v in h.acked and h.acked[v][1] >= 0:
             by_key[(producer, key)].append(h.acked[v])
-    for (producer, key), places in by_key.items():
-        for (p1, o1), (p2, o2) in zip(places, places[1:], strict=False):
+    for (producer, key), sent in by_key.items():
+        for (p1, o1), (p2, o2) in itertools.pairwise(sent):
             if p1 == p2 and o2 < o1:
                 r.add("reordered", (producer, key, (p1, o1), (p2, o2)))
     return r

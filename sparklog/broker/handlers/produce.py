@@ -18,13 +18,17 @@ from sparklog.broker.context import RequestContext
 from sparklog.broker.errors import error_code
 from sparklog.broker.partitions import PartitionHandle
 from sparklog.errors import (
+    DuplicateSequenceError,
     InvalidBatchError,
     InvalidRecordsError,
+    OutOfOrderSequenceError,
     RecordTooLargeError,
     SparkLogError,
+    UnknownProducerError,
 )
 from sparklog.kafka.records import decode_batch, split_batches
 
+_SEQUENCE_ERRORS = (DuplicateSequenceError, OutOfOrderSequenceError, UnknownProducerError)
 log = logging.getLogger(__name__)
 _BACKGROUND: set[asyncio.Task[None]] = set()
 
@@ -109,6 +113,8 @@ async def produce(ctx: RequestContext, header: Any, req: Any) -> dict[str, Any] 
             except (SparkLogError, ValueError) as e:
                 if not isinstance(e, SparkLogError):
                     log.debug("produce to %s-%s refused: %s", topic_data.name, pdata.index, e)
+                elif isinstance(e, _SEQUENCE_ERRORS):
+                    log.info("produce to %s-%s refused: %s", topic_data.name, pdata.index, e)
                 parts_out.append(_partition_error(pdata.index, error_code(e), str(e)))
                 continue
             parts_out.append(entry)
@@ -128,7 +134,11 @@ async def produce(ctx: RequestContext, header: Any, req: Any) -> dict[str, Any] 
     for (entry, _h, _upto), result in zip(waits, results, strict=True):
         if isinstance(result, BaseException):
             entry.update(
-                error_code=ErrorCode.kafka_storage_error,
+                # a failed leadership check is NOT_LEADER_OR_FOLLOWER (the client looks for
+                # the new leader), a failed fsync KAFKA_STORAGE_ERROR
+                error_code=error_code(result)
+                if isinstance(result, SparkLogError)
+                else ErrorCode.kafka_storage_error,
                 base_offset=-1,
                 error_message=f"not durable: {result}",
             )

@@ -1,0 +1,132 @@
+"""The workload of the fault tests and ``bench/cluster.py``: idempotent ``acks=all``
+producers (confluent-kafka) writing unique values while faults happen, then one reader that
+reads every partition from its start to its end; the history goes to ``checker.check``.
+
+Each producer thread sends ``value = b"<producer>-<seq>"`` with ``key = b"k<seq % keys>"``
+at about ``rate`` records per second, and records each delivery report: acknowledged (with
+partition and offset, and the time, for the unavailability figures) or failed.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import defaultdict
+from typing import Any
+
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
+
+from sparklog.cluster.checker import History
+
+PRODUCER_CONF = {
+    "enable.idempotence": True,
+    "acks": "all",
+    "linger.ms": 5,
+    "message.timeout.ms": 60_000,
+    "topic.metadata.refresh.interval.ms": 1000,
+    "retry.backoff.ms": 100,
+    "reconnect.backoff.max.ms": 500,
+}
+
+
+class Workload:
+    """See the module docstring. ``start()``, faults, ``stop()``, then ``read_all()``."""
+
+    def __init__(
+        self, bootstrap: str, topic: str, *, producers: int = 1, rate: int = 500, keys: int = 16
+    ) -> None:
+        self.bootstrap = bootstrap
+        self.topic = topic
+        self.rate = rate
+        self.keys = keys
+        self.history = History()
+        self.ack_times: dict[int, list[float]] = defaultdict(list)  # partition -> ack times
+        self.errors: list[str] = []
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._threads = [
+            threading.Thread(target=self._produce, args=(i,), daemon=True) for i in range(producers)
+        ]
+
+    def start(self) -> Workload:
+        for t in self._threads:
+            t.start()
+        return self
+
+    def stop(self, flush_s: float = 90) -> History:
+        self._stop.set()
+        self._flush_s = flush_s
+        for t in self._threads:
+            t.join(flush_s + 30)
+        return self.history
+
+    def acked_since(self, t0: float, partition: int) -> float | None:
+        """The first acknowledgement time on ``partition`` after ``t0`` (None: none yet)."""
+        with self._lock:
+            later = [t for t in self.ack_times.get(partition, []) if t > t0]
+        return min(later) if later else None
+
+    def _produce(self, me: int) -> None:
+        producer = Producer({"bootstrap.servers": self.bootstrap, **PRODUCER_CONF})
+
+        def report(err: Any, msg: Any) -> None:
+            value = msg.value()
+            with self._lock:
+                if err is None:
+                    offset = msg.offset()
+                    self.history.acked[value] = (msg.partition(), -1 if offset is None else offset)
+                    self.ack_times[msg.partition()].append(time.monotonic())
+                else:
+                    self.history.failed.add(value)
+                    if len(self.errors) < 20:
+                        self.errors.append(str(err))
+
+        seq = 0
+        step = 10
+        while not self._stop.is_set():
+            for _ in range(step):
+                value, key = b"%d-%d" % (me, seq), b"k%d" % (seq % self.keys)
+                with self._lock:
+                    self.history.sends.append((me, key, value))
+                try:
+                    producer.produce(self.topic, value, key, on_delivery=report)
+                except BufferError:
+                    producer.poll(0.1)
+                    producer.produce(self.topic, value, key, on_delivery=report)
+                seq += 1
+            producer.poll(0)
+            time.sleep(step / self.rate)
+        producer.flush(getattr(self, "_flush_s", 90))
+
+    def read_all(self, timeout_s: float = 60) -> History:
+        """Read every partition from its log start to its end into the history's reads."""
+        consumer = Consumer(
+            {"bootstrap.servers": self.bootstrap, "group.id": f"checker-{time.time_ns()}",
+             "enable.auto.commit": False, "auto.offset.reset": "earliest",
+             "enable.partition.eof": True, "topic.metadata.refresh.interval.ms": 1000}
+        )  # fmt: skip
+        try:
+            meta = consumer.list_topics(self.topic, timeout=30)
+            parts = sorted(meta.topics[self.topic].partitions)
+            ends = {p: consumer.get_watermark_offsets(TopicPartition(self.topic, p), 30)[1]
+                    for p in parts}  # fmt: skip
+            consumer.assign([TopicPartition(self.topic, p, OFFSET_BEGINNING) for p in parts])
+            todo = {p for p in parts if ends[p] > 0}
+            deadline = time.monotonic() + timeout_s
+            while todo and time.monotonic() < deadline:
+                msg = consumer.poll(1.0)
+                if msg is None:
+                    continue
+                part, offset, err = int(msg.partition() or 0), int(msg.offset() or 0), msg.error()
+                if err is not None:
+                    if err.code() == KafkaError._PARTITION_EOF and offset >= ends[part]:
+                        todo.discard(part)
+                    continue
+                self.history.reads.append(("reader", part, offset, msg.value()))
+                if offset + 1 >= ends[part]:
+                    todo.discard(part)
+            if todo:
+                raise TimeoutError(f"partitions {sorted(todo)} not read to their end")
+        finally:
+            consumer.close()
+        return self.history
