@@ -273,14 +273,16 @@ class BrokerCluster:
         *,
         lease_ttl_ms: int = 3000,
         extra: tuple[str, ...] = (),
+        racks: dict[int, str] | None = None,
     ) -> None:
         self.data_dir = data_dir
         self.endpoints = endpoints
-        flags = ("--node-id", "--etcd", endpoints, "--lease-ttl-ms", str(lease_ttl_ms))
-        self.brokers = {
-            i: BrokerProcess(data_dir, extra=(flags[0], str(i), *flags[1:], *extra))
-            for i in range(1, n + 1)
-        }
+        flags = ("--etcd", endpoints, "--lease-ttl-ms", str(lease_ttl_ms), *extra)
+        racks = racks or {}
+        self.brokers = {}
+        for i in range(1, n + 1):
+            rack = ("--rack", racks[i]) if i in racks else ()
+            self.brokers[i] = BrokerProcess(data_dir, extra=("--node-id", str(i), *flags, *rack))
 
     @property
     def bootstrap(self) -> str:

@@ -66,6 +66,9 @@ APIS: dict[int, Api] = {
     ApiKey.DELETE_TOPICS: Api("DeleteTopics", 1, 5, admin.delete_topics),
     ApiKey.DELETE_RECORDS: Api("DeleteRecords", 0, 2, offsets.delete_records),
     ApiKey.INIT_PRODUCER_ID: Api("InitProducerId", 0, 4, admin.init_producer_id),
+    ApiKey.OFFSET_FOR_LEADER_EPOCH: Api(
+        "OffsetForLeaderEpoch", 2, 4, offsets.offset_for_leader_epoch
+    ),
     ApiKey.DESCRIBE_CONFIGS: Api("DescribeConfigs", 1, 4, admin.describe_configs),
     ApiKey.ALTER_CONFIGS: Api("AlterConfigs", 0, 2, admin.alter_configs),
     ApiKey.INCREMENTAL_ALTER_CONFIGS: Api(
@@ -73,4 +76,5 @@ APIS: dict[int, Api] = {
     ),
     ApiKey.CREATE_PARTITIONS: Api("CreatePartitions", 0, 3, admin.create_partitions),
     ApiKey.DELETE_GROUPS: Api("DeleteGroups", 0, 2, groups.delete_groups),
+    ApiKey.DESCRIBE_CLUSTER: Api("DescribeCluster", 0, 1, cluster.describe_cluster),
 }

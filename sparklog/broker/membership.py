@@ -22,9 +22,10 @@ Who may write what, under which epoch:
   partition whose round waits at that moment. A failed check (another leader, etcd
   unreachable, this broker's lease gone) raises ``NotLeaderError``: nothing is acked.
 
-``EpochFence.check`` blocks its caller (a storage thread) on a read that runs on the event
-loop, so it must never be called on the loop's own thread: the broker closes its logs on a
-worker thread in cluster mode.
+``EpochFence.check`` blocks its caller (a storage thread, or whoever syncs the log) on a
+read that runs on the fence's own thread and etcd client, never on the broker's event loop.
+The broker still closes its logs on a worker thread in cluster mode, so that a slow etcd
+does not stall every connection.
 """
 
 from __future__ import annotations
@@ -58,12 +59,24 @@ class EpochFence:
 
     A check registers its key, then waits for a read that *started after* it registered
     (so the answer is no older than the check) - started by itself if no read is running,
-    else the next one. ``reads`` and ``checks`` count both, for the benchmark."""
+    else the next one. ``reads`` and ``checks`` count both, for the benchmark.
 
-    def __init__(self, coord: Coordination, node_id: int, loop: asyncio.AbstractEventLoop) -> None:
-        self.coord = coord
+    The reads run on the fence's own thread and event loop, with their own etcd client:
+    a check must never wait for the broker's event loop, which may itself be waiting for
+    the check (an append on the loop that rolls the segment waits for the sync token,
+    which the round being checked holds)."""
+
+    def __init__(
+        self, endpoints: str, cluster: str, node_id: int, lease_lost: asyncio.Event
+    ) -> None:
         self.node_id = node_id
-        self.loop = loop
+        self.lease_lost = lease_lost  # the broker's; only read here
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(
+            target=self.loop.run_forever, name=f"sparklog-fence-{node_id}", daemon=True
+        )
+        self._thread.start()
+        self.coord = Coordination(endpoints, cluster=cluster)
         self._cv = threading.Condition()
         self._pending: set[bytes] = set()
         self._started = 0  # reads started so far
@@ -75,7 +88,7 @@ class EpochFence:
 
     def check(self, partition: Partition, epoch: int) -> None:
         """Return if this broker leads ``partition`` at ``epoch`` now; else NotLeaderError."""
-        if self.coord.lease_lost.is_set():
+        if self.lease_lost.is_set():
             raise NotLeaderError(f"{partition[0]}-{partition[1]}: this broker's etcd lease expired")
         key = self.coord.key("partitions", partition[0], partition[1])
         with self._cv:
@@ -102,6 +115,12 @@ class EpochFence:
                 f"{partition[0]}-{partition[1]}: broker {self.node_id} led it at epoch {epoch}; "
                 f"etcd says {now}"
             )
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            asyncio.run_coroutine_threadsafe(self.coord.close(), self.loop).result(5)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(5)
 
     def _read_locked(self) -> None:
         """Run one read of every pending key (called holding ``_cv``; released meanwhile)."""
@@ -148,6 +167,7 @@ class ClusterMember:
         self.node_id = node_id
         self.rack = rack
         self.coord = Coordination(endpoints, cluster=cluster, lease_ttl_ms=lease_ttl_ms)
+        self._endpoints, self._cluster = endpoints, cluster
         self.view = ClusterView(self.coord, node_id)
         self.role = ControllerRole(self.coord, node_id, self._all_partitions)
         self.fence: EpochFence | None = None
@@ -166,7 +186,7 @@ class ClusterMember:
     async def start(self, host: str, port: int) -> None:
         self._host_port = (host, port)
         await self.coord.register(BrokerInfo(self.node_id, host, port, self.rack))
-        self.fence = EpochFence(self.coord, self.node_id, asyncio.get_running_loop())
+        self.fence = EpochFence(self._endpoints, self._cluster, self.node_id, self.coord.lease_lost)
         loop = asyncio.get_running_loop()
         self._tasks = [
             loop.create_task(self.role.run(self._stop)),
@@ -189,6 +209,8 @@ class ClusterMember:
                 await loop.run_in_executor(self._pool, handle.log.close)
             self.manager.notify(handle)
         self._pool.shutdown(wait=True)
+        if self.fence is not None:
+            self.fence.close()
         await self.coord.close()
 
     def _all_partitions(self) -> list[Partition]:

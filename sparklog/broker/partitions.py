@@ -16,11 +16,17 @@ from dataclasses import dataclass, field
 
 from sparklog.broker.config import BrokerConfig
 from sparklog.broker.producer_ids import ProducerIdAllocator
-from sparklog.errors import NotLeaderError, UnknownTopicError
+from sparklog.errors import (
+    FencedLeaderEpochError,
+    NotLeaderError,
+    UnknownLeaderEpochError,
+    UnknownTopicError,
+)
 from sparklog.kafka.records import DecodedBatch
 from sparklog.storage import Storage, names
 from sparklog.storage.log import AppendResult, PartitionLog
 from sparklog.storage.producers import ProducerBatch
+from sparklog.storage.reader import LogView, PartitionReader
 from sparklog.storage.topics import TopicMeta
 
 log = logging.getLogger(__name__)
@@ -50,6 +56,7 @@ class PartitionManager:
         #: cluster mode: partitions are opened only when the controller assigns them to
         #: this broker (``open_led``/``install``, by ``sparklog.broker.membership``)
         self.cluster = cluster
+        self._readers: dict[tuple[str, int], PartitionReader] = {}
         self.handles: dict[tuple[str, int], PartitionHandle] = {}
         self._topics: dict[str, TopicMeta] = {}
         self.producer_ids = ProducerIdAllocator(storage.fs, storage.root)
@@ -155,6 +162,24 @@ class PartitionManager:
 
     # ------------------------------------------------------------------ partitions
 
+    def led(self, topic: str, partition: int, current_leader_epoch: int = -1) -> PartitionHandle:
+        """``partition``, with KIP-320's check of the epoch the client believes current
+        (cluster mode; -1 skips it): older than this leader's is FENCED_LEADER_EPOCH (the
+        client's metadata is stale), newer is UNKNOWN_LEADER_EPOCH (this broker's is)."""
+        handle = self.partition(topic, partition)
+        if self.cluster and current_leader_epoch >= 0:
+            if current_leader_epoch < handle.leader_epoch:
+                raise FencedLeaderEpochError(
+                    f"{handle.label}: leader epoch {current_leader_epoch} is older than the "
+                    f"current {handle.leader_epoch}"
+                )
+            if current_leader_epoch > handle.leader_epoch:
+                raise UnknownLeaderEpochError(
+                    f"{handle.label}: leader epoch {current_leader_epoch} is newer than this "
+                    f"leader's {handle.leader_epoch}"
+                )
+        return handle
+
     def partition(self, topic: str, partition: int) -> PartitionHandle:
         handle = self.handles.get((topic, partition))
         if handle is not None:
@@ -182,6 +207,16 @@ class PartitionManager:
         plog.on_durable(lambda _pos: self._wake(loop, handle))
         self.handles[(topic, partition)] = handle
         return handle
+
+    def follower_view(self, topic: str, partition: int) -> LogView:
+        """Cluster mode: a partition this broker does not lead, read from storage as any
+        reader does (the manifest, then its epoch's high-watermark checkpoint)."""
+        self.storage.topics.check_partition(topic, partition)
+        reader = self._readers.get((topic, partition))
+        if reader is None:
+            reader = PartitionReader(self.storage.fs, self.storage.root, topic, partition)
+            self._readers[(topic, partition)] = reader
+        return reader.view()
 
     def open_led(
         self, topic: str, partition: int, epoch: int, fence: Callable[[], None]

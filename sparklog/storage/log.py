@@ -567,6 +567,23 @@ class PartitionLog:
     def leader_epochs(self) -> list[tuple[int, int]]:
         return checkpoints.read_leader_epochs(self.fs, self.path)
 
+    def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
+        """Kafka's OffsetForLeaderEpoch answer from the leader-epoch history: ``(the largest
+        epoch <= epoch, the offset where the next epoch starts)``; for the current epoch, the
+        high watermark; ``(-1, -1)`` for an epoch newer than any (or -1)."""
+        history = sorted(self.leader_epochs())
+        if epoch < 0 or not history:
+            return -1, -1
+        latest = history[-1][0]
+        if epoch == latest:
+            return epoch, self.high_watermark
+        higher = [(e, start) for e, start in history if e > epoch]
+        if not higher:
+            return -1, -1
+        floor = [e for e, _start in history if e <= epoch]
+        end = min(higher[0][1], self.high_watermark)
+        return (floor[-1] if floor else epoch), end
+
     def bump_leader_epoch(self) -> int:
         """Start a new leader epoch at the log end offset; returns it. The epoch is
         committed to the manifest (``EpochChange``; the commits of a writer of an older

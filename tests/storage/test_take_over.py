@@ -155,3 +155,17 @@ def test_a_take_over_redone_at_the_same_epoch_keeps_its_segment(
     assert again.manifest.active.name == names.segment_name(0, kind="arrow", epoch=1)
     assert read_all(fs, root) == [b"v0", b"v1"]
     again.close()
+
+
+def test_each_epoch_ends_where_the_next_one_starts(fs: LocalFileSystem, root: str) -> None:
+    first = lead(fs, root, 1)
+    first.append(records(0, 3))
+    second = lead(fs, root, 4)
+    second.append(records(3, 2))
+    assert second.end_offset_for_epoch(1) == (1, 3)
+    assert second.end_offset_for_epoch(2) == (1, 3)  # no epoch 2: epoch 1's end
+    assert second.end_offset_for_epoch(0) == (0, 0)  # before the first: where that starts
+    assert second.end_offset_for_epoch(4) == (4, 5)  # the current epoch: the high watermark
+    assert second.end_offset_for_epoch(5) == (-1, -1)
+    second.close()
+    first.abandon(NotLeaderError("deposed"))

@@ -85,6 +85,23 @@ def _controller(ctx: RequestContext) -> int:
     return ctl.node_id if ctl is not None else -1
 
 
+async def describe_cluster(ctx: RequestContext, header: Any, req: Any) -> dict[str, Any]:
+    """The live brokers and the controller (what Kafka's Java AdminClient asks)."""
+    return {
+        "throttle_time": 0,
+        "error_code": ErrorCode.none,
+        "error_message": None,
+        "endpoint_type": 1,
+        "cluster_id": ctx.cluster_id,
+        "controller_id": _controller(ctx),
+        "brokers": [
+            {"broker_id": b["node_id"], "host": b["host"], "port": b["port"], "rack": b["rack"]}
+            for b in _brokers(ctx)
+        ],
+        "cluster_authorized_operations": -2147483648,
+    }
+
+
 async def metadata(ctx: RequestContext, header: Any, req: Any) -> dict[str, Any]:
     allow_auto = bool(getattr(req, "allow_auto_topic_creation", True))
     everything = req.topics is None

@@ -1,6 +1,14 @@
 """Fetch: read stored Arrow batches up to the high watermark and encode them as Kafka
 record batches; long-poll (``max_wait``/``min_bytes``) woken by group commits.
 
+Cluster mode: a broker that does not lead a partition serves its fetches from storage as a
+follower (KIP-392), up to the leader's high watermark (the checkpoint of the manifest's
+epoch); an offset past it is OFFSET_NOT_AVAILABLE (retriable: the follower's view may be a
+moment behind), never OFFSET_OUT_OF_RANGE, which would make the client reset. A leader asked
+by a client in another rack (``client.rack``, Fetch v11+) names a live replica in the
+client's rack as its preferred read replica, and returns no records. Followers poll storage
+for new records while a fetch waits (``FOLLOWER_POLL_S``).
+
 Fetch sessions (KIP-227) are not kept: every response says session 0, which tells clients
 to send full fetch requests. ``max_bytes`` and ``partition_max_bytes`` limit the Arrow bytes
 read, which track the encoded size closely; as Kafka does, the first partition with data
@@ -9,6 +17,7 @@ always returns at least one record batch.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import Any
 
@@ -17,13 +26,30 @@ from kio.schema.errors import ErrorCode
 from sparklog.broker.context import RequestContext
 from sparklog.broker.errors import error_code
 from sparklog.broker.partitions import PartitionHandle
-from sparklog.errors import OffsetOutOfRangeError, SparkLogError
+from sparklog.errors import NotLeaderError, OffsetOutOfRangeError, SparkLogError
 from sparklog.kafka.records import CODECS, encode_batches
+
+FOLLOWER_POLL_S = 0.05
+#: stands for "a partition read as a follower" among the handles a fetch waits on
+FOLLOWER = object()
+
+
+def _preferred_replica(ctx: RequestContext, topic: str, partition: int, rack: str) -> int:
+    """KIP-392: a live replica in the client's rack, when this leader is not in it."""
+    cluster = ctx.cluster
+    if cluster is None or not rack or cluster.rack == rack:
+        return -1
+    a = cluster.view.assignments.get((topic, partition))
+    for node in a.replicas if a is not None else ():
+        b = cluster.view.brokers.get(node)
+        if b is not None and node != ctx.node_id and b.rack == rack:
+            return node
+    return -1
 
 
 def _read_partition(
-    ctx: RequestContext, topic: str, p: Any, budget: int, first: bool
-) -> tuple[dict[str, Any], PartitionHandle | None, int]:
+    ctx: RequestContext, topic: str, p: Any, budget: int, first: bool, rack: str = ""
+) -> tuple[dict[str, Any], PartitionHandle | object | None, int]:
     base = {
         "partition_index": p.partition,
         "high_watermark": -1,
@@ -35,12 +61,24 @@ def _read_partition(
         # (Fetch v12) and would never see OFFSET_OUT_OF_RANGE to apply auto.offset.reset
         "records": b"",
     }
+    waiter: PartitionHandle | object
     try:
         meta = ctx.manager.topic(topic)
-        handle = ctx.manager.partition(topic, p.partition)
+        try:
+            current = int(getattr(p, "current_leader_epoch", -1))
+            handle = ctx.manager.led(topic, p.partition, current)
+        except NotLeaderError:
+            if ctx.cluster is None:
+                raise
+            view, waiter = ctx.manager.follower_view(topic, p.partition), FOLLOWER
+        else:
+            preferred = _preferred_replica(ctx, topic, p.partition, rack)
+            if preferred >= 0:
+                return {**base, "error_code": ErrorCode.none,
+                        "preferred_read_replica": preferred}, None, 0  # fmt: skip
+            view, waiter = handle.log.view(), handle
     except (SparkLogError, ValueError) as e:
         return {**base, "error_code": error_code(e)}, None, 0
-    view = handle.log.view()
     hw, start = view.high_watermark, view.log_start_offset
     entry = {
         **base,
@@ -50,20 +88,22 @@ def _read_partition(
         "log_start_offset": start,
     }
     offset = int(p.fetch_offset)
+    if waiter is FOLLOWER and offset > hw >= start:
+        return {**entry, "error_code": ErrorCode.offset_not_available}, waiter, 0
     if offset < start or offset > hw:
-        return {**entry, "error_code": ErrorCode.offset_out_of_range}, handle, 0
+        return {**entry, "error_code": ErrorCode.offset_out_of_range}, waiter, 0
     limit = min(int(p.partition_max_bytes), budget)
     if offset == hw or (limit <= 0 and not first):
-        return {**entry, "records": b""}, handle, 0
+        return {**entry, "records": b""}, waiter, 0
     try:
         batches = view.read(offset, max_bytes=max(limit, 1))
     except OffsetOutOfRangeError:
-        return {**entry, "error_code": ErrorCode.offset_out_of_range}, handle, 0
+        return {**entry, "error_code": ErrorCode.offset_out_of_range}, waiter, 0
     except SparkLogError as e:
-        return {**entry, "error_code": error_code(e)}, handle, 0
+        return {**entry, "error_code": error_code(e)}, waiter, 0
     codec = CODECS.get(meta.config.compression_type, 0)
     data = encode_batches(batches, codec=codec)
-    return {**entry, "records": data}, handle, len(data)
+    return {**entry, "records": data}, waiter, len(data)
 
 
 async def fetch(ctx: RequestContext, header: Any, req: Any) -> dict[str, Any]:
@@ -73,21 +113,29 @@ async def fetch(ctx: RequestContext, header: Any, req: Any) -> dict[str, Any]:
         budget = int(req.max_bytes) if int(req.max_bytes) > 0 else 2**31 - 1
         total = 0
         handles: list[PartitionHandle] = []
+        follows = False
         responses = []
+        rack = getattr(req, "rack_id", "") or ""
         for t in req.topics:
             parts = []
             for p in t.partitions:
-                entry, handle, size = _read_partition(ctx, t.topic, p, budget, total == 0)
+                entry, waiter, size = _read_partition(ctx, t.topic, p, budget, total == 0, rack)
                 parts.append(entry)
                 total += size
                 budget -= size
-                if handle is not None:
-                    handles.append(handle)
+                if isinstance(waiter, PartitionHandle):
+                    handles.append(waiter)
+                follows = follows or waiter is FOLLOWER
             responses.append({"topic": t.topic, "partitions": parts})
         remaining = deadline - time.monotonic()
-        if total >= min_bytes or remaining <= 0 or not handles:
+        if total >= min_bytes or remaining <= 0 or not (handles or follows):
             break
-        await ctx.manager.wait_for_data(handles, remaining)
+        if follows:  # storage tells a follower nothing: look again shortly
+            remaining = min(remaining, FOLLOWER_POLL_S)
+        if handles:
+            await ctx.manager.wait_for_data(handles, remaining)
+        else:
+            await asyncio.sleep(remaining)
     return {
         "throttle_time": 0,
         "error_code": ErrorCode.none,

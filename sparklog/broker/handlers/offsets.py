@@ -50,7 +50,8 @@ async def list_offsets(ctx: RequestContext, header: Any, req: Any) -> dict[str, 
             }
             try:
                 ctx.manager.topic(t.name)
-                handle = ctx.manager.partition(t.name, p.partition_index)
+                current = int(getattr(p, "current_leader_epoch", -1))
+                handle = ctx.manager.led(t.name, p.partition_index, current)
                 view = handle.log.view()
                 entry["leader_epoch"] = handle.leader_epoch
                 target = int(p.timestamp)
@@ -71,6 +72,34 @@ async def list_offsets(ctx: RequestContext, header: Any, req: Any) -> dict[str, 
                 entry["error_code"] = error_code(e)
             parts.append(entry)
         topics.append({"name": t.name, "partitions": parts})
+    return {"throttle_time": 0, "topics": topics}
+
+
+async def offset_for_leader_epoch(ctx: RequestContext, header: Any, req: Any) -> dict[str, Any]:
+    """Where each asked leader epoch ends (KIP-101/KIP-320: clients check their position
+    after a leader change, and truncate what a deposed leader showed them and the new one
+    does not hold)."""
+    topics = []
+    for t in req.topics:
+        parts = []
+        for p in t.partitions:
+            entry: dict[str, Any] = {
+                "error_code": ErrorCode.none,
+                "partition": p.partition,
+                "leader_epoch": -1,
+                "end_offset": -1,
+            }
+            try:
+                ctx.manager.topic(t.topic)
+                current = int(getattr(p, "current_leader_epoch", -1))
+                handle = ctx.manager.led(t.topic, p.partition, current)
+                entry["leader_epoch"], entry["end_offset"] = handle.log.end_offset_for_epoch(
+                    int(p.leader_epoch)
+                )
+            except (SparkLogError, ValueError) as e:
+                entry["error_code"] = error_code(e)
+            parts.append(entry)
+        topics.append({"topic": t.topic, "partitions": parts})
     return {"throttle_time": 0, "topics": topics}
 
 

@@ -1,0 +1,117 @@
+"""What clients see of a cluster beyond Metadata: KIP-320's leader-epoch checks,
+OffsetForLeaderEpoch from the epoch history, DescribeCluster, and Kafka's tools."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+from kio.schema.errors import ErrorCode
+
+from sparklog.harness import BrokerCluster, EtcdCluster
+from sparklog.kafka.client import KafkaClient
+from sparklog.kafka.wire import ApiKey
+
+TOPIC = "t"
+
+
+@pytest.fixture
+def cluster(etcd: EtcdCluster, tmp_path: Path) -> Iterator[BrokerCluster]:
+    with BrokerCluster(str(tmp_path / "shared"), etcd.endpoints, 3, lease_ttl_ms=2000) as c:
+        admin = AdminClient({"bootstrap.servers": c.bootstrap})
+        for f in admin.create_topics([NewTopic(TOPIC, 1, 1)]).values():
+            f.result(30)
+        yield c
+
+
+def leader(c: BrokerCluster, avoid: int | None = None, timeout: float = 30) -> tuple[int, int]:
+    """(leader, leader epoch) of partition 0, once every live broker agrees on it."""
+    deadline = time.monotonic() + timeout
+    while True:
+        seen = set()
+        for b in c.brokers.values():
+            if not b.alive:
+                continue
+            with KafkaClient(b.bootstrap) as client:
+                md = client.request(ApiKey.METADATA, 12, {
+                    "topics": [{"name": TOPIC, "topic_id": None}],
+                    "allow_auto_topic_creation": False,
+                    "include_topic_authorized_operations": False,
+                })  # fmt: skip
+            p = md.topics[0].partitions[0]
+            seen.add((p.leader_id, p.leader_epoch))
+        if len(seen) == 1:
+            (found,) = seen
+            if found[0] > 0 and found[0] != avoid:
+                return found
+        assert time.monotonic() < deadline, seen
+        time.sleep(0.2)
+
+
+def produce(c: BrokerCluster, n: int) -> None:
+    p = Producer({"bootstrap.servers": c.bootstrap, "enable.idempotence": True})
+    errors: list[Any] = []
+    for i in range(n):
+        p.produce(TOPIC, b"%d" % i, on_delivery=lambda e, _m: errors.append(e) if e else None)
+    assert p.flush(30) == 0 and not errors, errors
+
+
+def list_offsets(client: KafkaClient, current_epoch: int) -> Any:
+    part = {"partition_index": 0, "current_leader_epoch": current_epoch, "timestamp": -1}
+    resp = client.request(ApiKey.LIST_OFFSETS, 7, {"replica_id": -1, "isolation_level": 0,
+                          "topics": [{"name": TOPIC, "partitions": [part]}]})  # fmt: skip
+    return resp.topics[0].partitions[0]
+
+
+def end_of_epoch(client: KafkaClient, epoch: int, current: int = -1) -> Any:
+    part = {"partition": 0, "current_leader_epoch": current, "leader_epoch": epoch}
+    resp = client.request(ApiKey.OFFSET_FOR_LEADER_EPOCH, 4, {"replica_id": -1,
+                          "topics": [{"topic": TOPIC, "partitions": [part]}]})  # fmt: skip
+    return resp.topics[0].partitions[0]
+
+
+def test_a_client_with_a_stale_or_future_leader_epoch_is_told_so(cluster: BrokerCluster) -> None:
+    node, epoch = leader(cluster)
+    with KafkaClient(cluster.brokers[node].bootstrap) as client:
+        assert list_offsets(client, epoch).error_code == ErrorCode.none
+        assert list_offsets(client, -1).error_code == ErrorCode.none
+        assert list_offsets(client, epoch + 1).error_code == ErrorCode.unknown_leader_epoch
+        if epoch > 0:
+            assert list_offsets(client, epoch - 1).error_code == ErrorCode.fenced_leader_epoch
+
+
+def test_offset_for_leader_epoch_answers_where_each_epoch_ended(cluster: BrokerCluster) -> None:
+    produce(cluster, 30)
+    old, old_epoch = leader(cluster)
+    cluster.brokers[old].kill()
+    new, new_epoch = leader(cluster, avoid=old)
+    assert new_epoch > old_epoch
+    produce(cluster, 20)
+    with KafkaClient(cluster.brokers[new].bootstrap) as client:
+        ended = end_of_epoch(client, old_epoch)
+        assert (ended.error_code, ended.leader_epoch, ended.end_offset) == (0, old_epoch, 30)
+        now = end_of_epoch(client, new_epoch, new_epoch)
+        assert (now.error_code, now.leader_epoch, now.end_offset) == (0, new_epoch, 50)
+        assert end_of_epoch(client, new_epoch, new_epoch + 1).error_code == (
+            ErrorCode.unknown_leader_epoch
+        )
+
+
+def test_describe_cluster_names_every_broker_and_the_controller(cluster: BrokerCluster) -> None:
+    with KafkaClient(cluster.brokers[1].bootstrap) as client:
+        deadline = time.monotonic() + 10
+        while True:
+            resp = client.request(ApiKey.DESCRIBE_CLUSTER, 1, {
+                "include_cluster_authorized_operations": False, "endpoint_type": 1})  # fmt: skip
+            if len(resp.brokers) == 3 or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+    assert sorted(b.broker_id for b in resp.brokers) == [1, 2, 3]
+    assert resp.controller_id in (1, 2, 3)
+    ports = {b.broker_id: b.port for b in resp.brokers}
+    assert ports == {i: b.port for i, b in cluster.brokers.items()}

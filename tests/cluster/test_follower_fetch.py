@@ -1,0 +1,94 @@
+"""Follower fetch (KIP-392): a leader asked by a client in another rack names a replica in
+the client's rack; that broker, which does not lead the partition, serves the fetch from
+storage up to the leader's high watermark."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+from kio.schema.errors import ErrorCode
+
+from sparklog.harness import BrokerCluster, EtcdCluster
+from sparklog.kafka.client import KafkaClient
+from sparklog.kafka.wire import ApiKey
+
+TOPIC = "t"
+RACKS = {1: "ra", 2: "rb", 3: "rc"}
+
+
+@pytest.fixture
+def cluster(etcd: EtcdCluster, tmp_path: Path) -> Iterator[BrokerCluster]:
+    shared = str(tmp_path / "shared")
+    with BrokerCluster(shared, etcd.endpoints, 3, lease_ttl_ms=2000, racks=RACKS) as c:
+        admin = AdminClient({"bootstrap.servers": c.bootstrap})
+        for f in admin.create_topics([NewTopic(TOPIC, 1, 1)]).values():
+            f.result(30)
+        p = Producer({"bootstrap.servers": c.bootstrap, "enable.idempotence": True})
+        for i in range(100):
+            p.produce(TOPIC, b"%d" % i)
+        assert p.flush(30) == 0
+        yield c
+
+
+def fetch(client: KafkaClient, offset: int, rack: str) -> Any:
+    part = {
+        "partition": 0,
+        "current_leader_epoch": -1,
+        "fetch_offset": offset,
+        "last_fetched_epoch": -1,
+        "log_start_offset": -1,
+        "partition_max_bytes": 1 << 20,
+    }
+    return client.request(ApiKey.FETCH, 12, {
+        "replica_id": -1, "max_wait": 100, "min_bytes": 0, "max_bytes": 1 << 20,
+        "isolation_level": 0, "session_id": 0, "session_epoch": -1,
+        "topics": [{"topic": TOPIC, "partitions": [part]}], "forgotten_topics_data": [],
+        "rack_id": rack,
+    }).responses[0].partitions[0]  # fmt: skip
+
+
+def leader_of(c: BrokerCluster) -> int:
+    md = AdminClient({"bootstrap.servers": c.bootstrap}).list_topics(TOPIC, timeout=10)
+    return md.topics[TOPIC].partitions[0].leader
+
+
+def test_the_leader_names_a_replica_in_the_clients_rack_which_serves_the_fetch(
+    cluster: BrokerCluster,
+) -> None:
+    leader = leader_of(cluster)
+    other = next(i for i in RACKS if i != leader)
+    with KafkaClient(cluster.brokers[leader].bootstrap) as client:
+        redirected = fetch(client, 0, RACKS[other])
+        assert redirected.preferred_read_replica == other and not redirected.records
+        same_rack = fetch(client, 0, RACKS[leader])
+        assert same_rack.preferred_read_replica == -1 and same_rack.records
+    with KafkaClient(cluster.brokers[other].bootstrap) as client:
+        served = fetch(client, 0, RACKS[other])
+        assert served.error_code == ErrorCode.none
+        assert served.high_watermark == 100 and served.records
+        assert fetch(client, 100, "").records == b""
+        assert fetch(client, 150, "").error_code == ErrorCode.offset_not_available
+
+
+def test_a_consumer_with_a_client_rack_reads_everything_through_its_rack(
+    cluster: BrokerCluster,
+) -> None:
+    leader = leader_of(cluster)
+    rack = RACKS[next(i for i in RACKS if i != leader)]
+    consumer = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": "g",
+                         "client.rack": rack, "auto.offset.reset": "earliest"})  # fmt: skip
+    consumer.assign([TopicPartition(TOPIC, 0, 0)])
+    got: list[int] = []
+    deadline = time.monotonic() + 30
+    while len(got) < 100 and time.monotonic() < deadline:
+        msg = consumer.poll(0.5)
+        if msg is not None and msg.error() is None:
+            got.append(int(msg.value() or b"-1"))
+    consumer.close()
+    assert got == list(range(100))
