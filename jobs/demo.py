@@ -1,5 +1,6 @@
 """spark-submit entry point of the embedded demo (``make demo``):
-``./spark-submit.sh demo [--data-dir DIR] [--events N] [--keys K]``.
+``./spark-submit.sh demo [--data-dir DIR] [--events N] [--keys K]``, and the cluster demo
+``./spark-submit.sh demo --brokers 3 [--kills N]`` (brokers over one directory and etcd).
 
 Logic in ``sparklog.demo``: a broker on loopback, Kafka producers, a streaming query with a
 consumer group, compaction, retention, exports, all checked against a model.
@@ -22,6 +23,11 @@ def main() -> int:
     )
     parser.add_argument("--events", type=int, default=300_000, help="order events to produce")
     parser.add_argument("--keys", type=int, default=20_000, help="distinct orders")
+    parser.add_argument(
+        "--brokers", type=int, default=0,
+        help="run the cluster demo instead: this many brokers over one directory and etcd",
+    )  # fmt: skip
+    parser.add_argument("--kills", type=int, default=2, help="cluster demo: leaders killed")
     args = parser.parse_args()
     if args.events < 1000 or args.keys < 10:
         parser.error("--events must be >= 1000 and --keys >= 10")
@@ -32,7 +38,12 @@ def main() -> int:
         print(line, flush=True)
 
     try:
-        report = demo.run(spark, args.data_dir, events=args.events, keys=args.keys, say=say)
+        if args.brokers:
+            report = demo.run_cluster(
+                spark, args.data_dir, brokers=args.brokers, kills=args.kills, say=say
+            )
+        else:
+            report = demo.run(spark, args.data_dir, events=args.events, keys=args.keys, say=say)
     except Exception as e:  # the job's contract: one clear line and a non-zero exit
         print(f"demo: FAILED: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
         return 1
