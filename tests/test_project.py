@@ -42,6 +42,23 @@ def test_make_demo_runs_end_to_end_and_checks_its_own_report(tmp_path: Path) -> 
         pass
 
 
+@pytest.mark.slow
+@pytest.mark.spark
+def test_the_cluster_demo_kills_a_leader_and_loses_nothing(tmp_path: Path) -> None:
+    out = subprocess.run(
+        [str(ROOT / "spark-submit.sh"), "demo", "--brokers", "3", "--kills", "1",
+         "--data-dir", str(tmp_path / "cdemo")],
+        capture_output=True, text=True, timeout=900, env={**os.environ},
+    )  # fmt: skip
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    report = out.stdout[out.stdout.index("sparklog demo: OK") :]
+    assert "failover   SIGKILL of broker" in report, report
+    checked = re.search(r"checked +Spark read ([\d,]+) records.*ops ok (\d+) .*anomalies: "
+                        r"lost 0, duplicate 0, inconsistent 0, nonmonotonic 0, skipped 0, "
+                        r"reordered 0", report)  # fmt: skip
+    assert checked and int(checked.group(2)) > 1000, report
+
+
 def test_missing_java_is_a_clear_message(tmp_path: Path) -> None:
     env = {"PATH": str(tmp_path), "HOME": str(tmp_path)}
     out = subprocess.run(
