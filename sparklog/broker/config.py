@@ -23,6 +23,10 @@ TOML layout::
     lease_ttl_ms = 3000                      # cluster mode: the broker's etcd lease
     cluster_name = "default"                 # cluster mode: the key prefix in etcd
     rack = "r1"                              # cluster mode: for follower fetch (client.rack)
+    ack_fence = true                         # cluster mode: confirm the leader epoch in etcd
+                                             # before each ack; false ONLY to measure what
+                                             # the fence costs (a zombie could ack writes
+                                             # its successor never holds)
 
     [topic_defaults]                   # Kafka topic configs applied to new topics
     "retention.ms" = "604800000"
@@ -59,6 +63,7 @@ class BrokerConfig:
     lease_ttl_ms: int = 3000
     cluster_name: str = "default"
     rack: str | None = None
+    ack_fence: bool = True
     topic_defaults: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:

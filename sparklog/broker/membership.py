@@ -85,6 +85,8 @@ class EpochFence:
         self._failed: tuple[int, str] = (0, "")  # the last read that failed, and why
         self.reads = 0
         self.checks = 0
+        self.refused = 0
+        self._warned: set[tuple[Partition, int]] = set()
 
     def check(self, partition: Partition, epoch: int) -> None:
         """Return if this broker leads ``partition`` at ``epoch`` now; else NotLeaderError."""
@@ -101,6 +103,7 @@ class EpochFence:
                     value = seen[1]
                     break
                 if self._failed[0] >= needed:
+                    self._refuse(partition, epoch, self._failed[1])
                     raise NotLeaderError(
                         f"{partition[0]}-{partition[1]}: leadership unconfirmed: {self._failed[1]}"
                     )
@@ -111,10 +114,20 @@ class EpochFence:
         a = Assignment.from_json(value) if value is not None else None
         if a is None or a.leader != self.node_id or a.leader_epoch != epoch:
             now = "no leader" if a is None else f"leader {a.leader} at epoch {a.leader_epoch}"
+            self._refuse(partition, epoch, f"led at epoch {epoch}, etcd says {now}")
             raise NotLeaderError(
                 f"{partition[0]}-{partition[1]}: broker {self.node_id} led it at epoch {epoch}; "
                 f"etcd says {now}"
             )
+
+    def _refuse(self, partition: Partition, epoch: int, why: str) -> None:
+        """Count a refused round; log the first of each partition and epoch (a broker cut
+        off from etcd refuses every round until its partitions move)."""
+        self.refused += 1
+        level = logging.DEBUG if (partition, epoch) in self._warned else logging.WARNING
+        self._warned.add((partition, epoch))
+        log.log(level, "fence: %s-%d: acknowledgements refused: %s", partition[0], partition[1],
+                why)  # fmt: skip
 
     def close(self) -> None:
         with contextlib.suppress(Exception):
@@ -162,7 +175,9 @@ class ClusterMember:
         rack: str | None,
         on_gained: Callable[[str, int], None],
         on_lost: Callable[[str, int], None],
+        ack_fence: bool = True,
     ) -> None:
+        self.ack_fence = ack_fence
         self.manager = manager
         self.node_id = node_id
         self.rack = rack
@@ -210,7 +225,10 @@ class ClusterMember:
             self.manager.notify(handle)
         self._pool.shutdown(wait=True)
         if self.fence is not None:
-            self.fence.close()
+            f = self.fence
+            log.info("broker %d: the fence ran %d checks in %d etcd reads, refused %d",
+                     self.node_id, f.checks, f.reads, f.refused)  # fmt: skip
+            f.close()
         await self.coord.close()
 
     def _all_partitions(self) -> list[Partition]:
@@ -282,9 +300,11 @@ class ClusterMember:
                      p[1], epoch, plog.log_end_offset)  # fmt: skip
             self._on_gained(p[0], p[1])
 
-    def _fence_for(self, p: Partition, epoch: int) -> Callable[[], None]:
+    def _fence_for(self, p: Partition, epoch: int) -> Callable[[], None] | None:
         fence = self.fence
         assert fence is not None
+        if not self.ack_fence:
+            return None  # benchmarks only (docs/cluster.md): acks are then unfenced
         return lambda: fence.check(p, epoch)
 
     async def _give_up(self, key: tuple[str, int], why: str) -> None:
@@ -304,10 +324,17 @@ class ClusterMember:
 
     # ------------------------------------------------------------------ answers
 
+    @property
+    def view_fresh(self) -> bool:
+        """Whether the cluster view was renewed within the lease TTL: a broker cut off
+        from etcd answers as if no partition had a leader, so clients ask another."""
+        return self.view.fresh(self.coord.ttl_s)
+
     def leader_of(self, topic: str, partition: int) -> tuple[int, int]:
-        """(leader node id, leader epoch) as the view says; (-1, -1) when unassigned."""
+        """(leader node id, leader epoch) as the view says; (-1, -1) when unassigned or the
+        view is stale."""
         a = self.view.assignments.get((topic, partition))
-        if a is None:
+        if a is None or not self.view_fresh:
             return -1, -1
         return (a.leader if a.leader in self.view.brokers else -1), a.leader_epoch
 

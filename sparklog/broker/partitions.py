@@ -219,7 +219,7 @@ class PartitionManager:
         return reader.view()
 
     def open_led(
-        self, topic: str, partition: int, epoch: int, fence: Callable[[], None]
+        self, topic: str, partition: int, epoch: int, fence: Callable[[], None] | None
     ) -> PartitionLog:
         """Cluster mode: take ``topic-partition`` over at leader ``epoch`` (blocking: run it
         on a worker thread); ``install`` it on the event loop."""

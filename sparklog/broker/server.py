@@ -153,6 +153,7 @@ class Broker:
             rack=self.config.rack,
             on_gained=gained,
             on_lost=lost,
+            ack_fence=self.config.ack_fence,
         )
 
     async def _maintain(self) -> None:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -142,9 +143,11 @@ class ClusterView:
     controller: Controller | None = None
     assignments: dict[Partition, Assignment] = field(default_factory=dict)
     version: int = 0
+    refreshed: float = -1e9  # time.monotonic() when the last good refresh started
 
     async def refresh(self) -> bool:
         """Read etcd; True if anything changed."""
+        started = time.monotonic()
         brokers = {b.node_id: b for b in await self.coord.brokers()}
         controller = await self.coord.controller()
         assignments = await read_assignments(self.coord)
@@ -156,7 +159,13 @@ class ClusterView:
         if changed:
             self.brokers, self.controller, self.assignments = brokers, controller, assignments
             self.version += 1
+        self.refreshed = started
         return changed
+
+    def fresh(self, max_age_s: float) -> bool:
+        """Whether the last successful refresh started less than ``max_age_s`` ago (a
+        broker cut off from etcd stops answering from a view it cannot renew)."""
+        return time.monotonic() - self.refreshed < max_age_s
 
     def leads(self, p: Partition) -> int | None:
         a = self.assignments.get(p)

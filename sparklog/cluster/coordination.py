@@ -162,20 +162,32 @@ class Coordination:
 
     async def _keep_alive(self) -> None:
         """Refresh the lease every TTL/3; once a refresh finds it gone (expired while this
-        process was paused or cut off), set ``lease_lost`` and stop: whatever was held
-        under it is held no longer."""
+        process was paused or cut off), or no refresh has succeeded for a TTL (etcd is out
+        of reach: the lease may have expired there), set ``lease_lost`` and stop: whatever
+        was held under it is held no longer. The TTL is counted from when the last good
+        refresh was *sent*, which is before etcd received it, so this broker gives up no
+        later than etcd expires the lease."""
         lease = self._lease
+        loop = asyncio.get_running_loop()
+        last_ok = loop.time()
         while True:
             await asyncio.sleep(self.ttl_s / 3)
+            sent = loop.time()
             try:
                 resp = await self.call("a lease refresh", lambda c: c.refresh_lease(lease.id))
             except CoordinationError as e:
                 log.warning("etcd lease refresh failed: %s", e)
+                if loop.time() - last_ok >= self.ttl_s:
+                    log.warning("etcd lease %x: no refresh for %.1f s: taken as lost",
+                                lease.id, loop.time() - last_ok)  # fmt: skip
+                    self.lease_lost.set()
+                    return
                 continue
             if getattr(resp, "TTL", 1) <= 0:
                 log.warning("etcd lease %x expired", lease.id)
                 self.lease_lost.set()
                 return
+            last_ok = sent
 
     @property
     def lease_id(self) -> int:

@@ -35,6 +35,7 @@ import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 
+from sparklog.errors import SparkLogError
 from sparklog.storage.checkpoints import LogPosition
 
 log = logging.getLogger(__name__)
@@ -122,6 +123,10 @@ class GroupCommit:
     def _sync_and_release(self) -> None:
         try:
             position = self._sync_step()
+        except SparkLogError as e:  # refused, not broken (a fence: another broker leads)
+            log.debug("%s: sync round refused: %s", self._label, e)
+            self._release(None, e)
+            raise
         except BaseException as e:
             log.exception("%s: fsync failed", self._label)
             self._release(None, e)

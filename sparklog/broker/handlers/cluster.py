@@ -20,7 +20,7 @@ def _cluster_partition(ctx: RequestContext, name: str, p: int) -> dict[str, Any]
     assert cluster is not None
     a = cluster.view.assignments.get((name, p))
     live = cluster.view.brokers
-    if a is None:
+    if a is None or not cluster.view_fresh:
         leader, epoch, replicas = -1, -1, []
     else:
         leader = a.leader if a.leader in live else -1
