@@ -35,6 +35,7 @@ import contextlib
 import json
 import logging
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
@@ -42,7 +43,12 @@ from sparklog.broker.offsets import OFFSETS_TOPIC, offsets_partition
 from sparklog.broker.partitions import PartitionManager
 from sparklog.cluster.assignment import Assignment, Partition
 from sparklog.cluster.controller import ClusterView, ControllerRole
-from sparklog.cluster.coordination import BrokerInfo, Coordination, CoordinationError
+from sparklog.cluster.coordination import (
+    BrokerInfo,
+    Coordination,
+    CoordinationError,
+    NodeIdTakenError,
+)
 from sparklog.errors import NotLeaderError, SparkLogError
 from sparklog.storage import names
 
@@ -199,8 +205,21 @@ class ClusterMember:
     # ------------------------------------------------------------------ lifecycle
 
     async def start(self, host: str, port: int) -> None:
+        """Register, then run the tasks. A node id still registered is waited for up to
+        two lease TTLs: a broker restarted right after a crash finds its previous
+        incarnation's key until that lease expires; a second live process with the same id
+        keeps it alive, and this one gives up with ``NodeIdTakenError``."""
         self._host_port = (host, port)
-        await self.coord.register(BrokerInfo(self.node_id, host, port, self.rack))
+        deadline = time.monotonic() + 2 * self.coord.ttl_s + 1
+        while True:
+            try:
+                await self.coord.register(BrokerInfo(self.node_id, host, port, self.rack))
+                break
+            except NodeIdTakenError as e:
+                if time.monotonic() > deadline:
+                    raise
+                log.info("%s; waiting for its lease to expire", e)
+                await asyncio.sleep(0.5)
         self.fence = EpochFence(self._endpoints, self._cluster, self.node_id, self.coord.lease_lost)
         loop = asyncio.get_running_loop()
         self._tasks = [

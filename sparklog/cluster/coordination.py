@@ -54,6 +54,11 @@ class CoordinationError(SparkLogError):
     """etcd could not be reached, or refused what a broker asked (a clear message says)."""
 
 
+class NodeIdTakenError(CoordinationError):
+    """Another process holds this node id's registration (or its previous incarnation's
+    lease has not expired yet)."""
+
+
 @dataclass(frozen=True)
 class BrokerInfo:
     node_id: int
@@ -218,7 +223,11 @@ class Coordination:
         ok, resp = await self.call("a broker registration", txn)
         if not ok:
             held = resp[0][0][0]
-            raise CoordinationError(
+            with contextlib.suppress(Exception):  # the lease granted for nothing
+                await self.call("a lease revoke", lambda c: c.revoke_lease(self._lease.id))
+            if self._keepalive is not None:
+                self._keepalive.cancel()
+            raise NodeIdTakenError(
                 f"node id {me.node_id} is registered by a live broker "
                 f"({BrokerInfo.from_json(held).host}:{BrokerInfo.from_json(held).port}); "
                 "each broker needs its own --node-id"

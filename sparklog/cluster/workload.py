@@ -9,6 +9,7 @@ partition and offset, and the time, for the unavailability figures) or failed.
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
 from collections import defaultdict
@@ -65,6 +66,18 @@ class Workload:
         with self._lock:
             later = [t for t in self.ack_times.get(partition, []) if t > t0]
         return min(later) if later else None
+
+    def longest_gap(self, partition: int, since: float, until: float) -> float:
+        """The longest time between consecutive acknowledgements on ``partition`` that
+        overlaps ``[since, until]`` (a fault's unavailability, measured on the acks
+        themselves: acks already in flight when the fault struck do not hide it)."""
+        with self._lock:
+            times = sorted(self.ack_times.get(partition, []))
+        before = [t for t in times if t <= since]
+        window = before[-1:] + [t for t in times if since < t <= until]
+        if len(window) < 2:
+            return until - since
+        return max(b - a for a, b in itertools.pairwise(window))
 
     def _produce(self, me: int) -> None:
         producer = Producer({"bootstrap.servers": self.bootstrap, **PRODUCER_CONF})

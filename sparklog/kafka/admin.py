@@ -11,7 +11,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from sparklog.errors import KafkaRequestError
-from sparklog.kafka.client import KafkaClient
+from sparklog.kafka.client import ClientSettings, KafkaClient
 from sparklog.kafka.wire import ApiKey
 
 LATEST, EARLIEST = -1, -2  # ListOffsets' special timestamps
@@ -130,9 +130,8 @@ def describe_topic(client: KafkaClient, name: str) -> dict[str, Any]:
     ).results[0]
     if cfg.error_code != ErrorCode.none:
         raise KafkaRequestError(f"describe configs of {name!r}", cfg.error_code)
-    parts = sorted(p.partition_index for p in t.partitions)
-    starts = list_offsets(client, name, parts, EARLIEST)
-    ends = list_offsets(client, name, parts, LATEST)
+    parts = {p.partition_index: p for p in t.partitions}
+    starts, ends = _offsets_from_leaders(client, md, name, sorted(parts))
     return {
         "topic": name,
         "topic_id": t.topic_id.hex,
@@ -140,14 +139,41 @@ def describe_topic(client: KafkaClient, name: str) -> dict[str, Any]:
         "configs": {c.name: c.value for c in cfg.configs},
         "partition_state": [
             {
-                "partition": p,
-                "leader": next(x.leader_id for x in t.partitions if x.partition_index == p),
-                "log_start_offset": starts[p][0],
-                "high_watermark": ends[p][0],
+                "partition": i,
+                "leader": p.leader_id,
+                "leader_epoch": p.leader_epoch,
+                "replicas": list(p.replica_nodes),
+                "isr": list(p.isr_nodes),
+                "log_start_offset": starts.get(i, (-1, -1))[0],
+                "high_watermark": ends.get(i, (-1, -1))[0],
             }
-            for p in parts
+            for i, p in sorted(parts.items())
         ],
     }
+
+
+def _offsets_from_leaders(
+    client: KafkaClient, md: Any, name: str, parts: list[int]
+) -> tuple[dict[int, tuple[int, int]], dict[int, tuple[int, int]]]:
+    """Earliest and latest offsets of ``parts``, each asked of its leader (one broker, or
+    the brokers of a cluster: only a partition's leader answers ListOffsets)."""
+    brokers = {b.node_id: f"{b.host}:{b.port}" for b in md.brokers}
+    by_leader: dict[int, list[int]] = {}
+    for p in md.topics[0].partitions:
+        if p.partition_index in parts and p.leader_id >= 0:
+            by_leader.setdefault(p.leader_id, []).append(p.partition_index)
+    starts: dict[int, tuple[int, int]] = {}
+    ends: dict[int, tuple[int, int]] = {}
+    for leader, led in by_leader.items():
+        if len(brokers) == 1:
+            starts |= list_offsets(client, name, led, EARLIEST)
+            ends |= list_offsets(client, name, led, LATEST)
+            continue
+        settings = ClientSettings(brokers[leader], client.settings.timeout_s, client.client_id)
+        with KafkaClient(settings) as c:
+            starts |= list_offsets(c, name, led, EARLIEST)
+            ends |= list_offsets(c, name, led, LATEST)
+    return starts, ends
 
 
 def topic_partitions(client: KafkaClient, topic: str) -> list[int]:

@@ -115,3 +115,24 @@ def test_describe_cluster_names_every_broker_and_the_controller(cluster: BrokerC
     assert resp.controller_id in (1, 2, 3)
     ports = {b.broker_id: b.port for b in resp.brokers}
     assert ports == {i: b.port for i, b in cluster.brokers.items()}
+
+
+def test_topics_describe_shows_each_partitions_leader_replicas_and_isr(
+    cluster: BrokerCluster,
+) -> None:
+    import json
+    import subprocess
+    import sys
+
+    produce(cluster, 10)
+    node, epoch = leader(cluster)
+    other = next(i for i in cluster.brokers if i != node)  # asked of a non-leader
+    out = subprocess.run(
+        [sys.executable, "-m", "sparklog.cli", "topics", "describe", TOPIC,
+         "--bootstrap-server", cluster.brokers[other].bootstrap],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    [state] = json.loads(out.stdout)["partition_state"]
+    assert (state["leader"], state["leader_epoch"], state["high_watermark"]) == (node, epoch, 10)
+    assert sorted(state["replicas"]) == sorted(state["isr"]) == [1, 2, 3]
