@@ -241,6 +241,11 @@ def run_faults(work: str, args: argparse.Namespace) -> dict[str, Any]:
             history = work_load.stop()
         work_load.read_all(timeout_s=300)
         report = check(history)
+        if args.logs:
+            Path(args.logs).mkdir(parents=True, exist_ok=True)
+            for n, b in cluster.brokers.items():
+                Path(args.logs, f"broker-{n}.log").write_text("\n".join(b.lines))
+            Path(args.logs, "anomalies.txt").write_text(repr(report.examples))
         refused = sum("acknowledgements refused" in ln for b in cluster.brokers.values()
                       for ln in b.lines)  # fmt: skip
         out.update(report=report, refused=refused, errors=work_load.errors[:5])
@@ -260,6 +265,7 @@ def main() -> int:
     ap.add_argument("--no-kafka", action="store_true")
     ap.add_argument("--skip-throughput", action="store_true")
     ap.add_argument("--skip-faults", action="store_true")
+    ap.add_argument("--logs", help="a directory to keep the brokers' logs of the fault run in")
     ap.add_argument("--trials", type=int, default=3, help="throughput runs per setup (median)")
     args = ap.parse_args()
     if args.quick:

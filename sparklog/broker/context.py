@@ -56,6 +56,16 @@ class RequestContext:
     def cluster(self) -> ClusterMember | None:
         return self.services.cluster
 
+    def coordinates(self, group: str) -> bool:
+        """Whether this broker coordinates ``group`` (always, embedded)."""
+        from sparklog.errors import NotCoordinatorError
+
+        try:
+            self.check_coordinator(group)
+        except NotCoordinatorError:
+            return False
+        return True
+
     def check_coordinator(self, group: str) -> None:
         """Cluster mode: NotCoordinatorError unless this broker coordinates ``group`` (it
         leads the group's ``__consumer_offsets`` partition, taken over and loaded)."""

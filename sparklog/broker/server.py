@@ -182,6 +182,11 @@ class Broker:
             with contextlib.suppress(Exception):
                 await self._maintenance_step
         self._maintenance_pool.shutdown(wait=True)
+        if self.member is not None:
+            # Kafka's controlled shutdown: give every partition up and leave etcd first,
+            # while still answering (NOT_LEADER_OR_FOLLOWER sends clients to the new
+            # leaders), so the controller moves them at once rather than after a lease TTL
+            await self.member.stop()
         if self._server is not None:
             self._server.close()
         for task in list(self._connections):
@@ -192,8 +197,6 @@ class Broker:
         if self._server is not None:
             with contextlib.suppress(Exception):
                 await self._server.wait_closed()
-        if self.member is not None:  # closes its logs off the event loop, then leaves etcd
-            await self.member.stop()
         if self.manager is not None:
             self.manager.close()
         if self._lease is not None:

@@ -18,13 +18,14 @@ acks=all (fsynced), so batches of a partition are written in order.
 
 from __future__ import annotations
 
+import contextlib
 import time
 
 import pyarrow as pa
 import pyarrow.compute as pc
 from kio.schema.errors import ErrorCode
 
-from sparklog.errors import KafkaRequestError, SinkWriteError
+from sparklog.errors import KafkaConnectionError, KafkaRequestError, SinkWriteError
 from sparklog.kafka import admin
 from sparklog.kafka.client import ClientSettings, KafkaClient
 from sparklog.kafka.records import build_batch
@@ -36,6 +37,16 @@ MAX_BATCH_BYTES = 768 * 1024  # below the default max.message.bytes (1 MiB + 12)
 MAX_REQUEST_BYTES = 8 * 1024 * 1024
 _RECORD_OVERHEAD = 16  # varints and attributes of one record, roughly
 _WRITTEN = (ErrorCode.none, ErrorCode.duplicate_sequence_number)
+#: a cluster's answers meaning "send it to the (new) leader"
+_RETRIABLE = (
+    ErrorCode.not_leader_or_follower,
+    ErrorCode.leader_not_available,
+    ErrorCode.fenced_leader_epoch,
+    ErrorCode.unknown_leader_epoch,
+    ErrorCode.request_timed_out,
+)
+ROUTE_TIMEOUT_S = 60.0
+ROUTE_BACKOFF_S = 0.2
 
 
 def _sizes(records: pa.Table) -> list[int]:
@@ -137,16 +148,51 @@ def _encode(
 
 
 class SinkProducer:
-    """An idempotent producer with a caller-chosen identity. Use as a context manager."""
+    """An idempotent producer with a caller-chosen identity. Use as a context manager.
+
+    Requests go to the bootstrap broker until one answers that it does not lead a
+    partition (a cluster): from then on each partition's batches go to its leader, learnt
+    from Metadata, and a batch refused with a retriable error (no leader yet, a leader that
+    moved or died, a fenced acknowledgement) is sent again, unchanged, to the new leader:
+    the same sequence numbers make a batch already written answer with its original
+    offsets, so a retry never writes twice."""
 
     def __init__(self, settings: ClientSettings) -> None:
+        self.settings = settings
         self._client = KafkaClient(settings)
+        self._leaders: dict[tuple[str, int], str] | None = None  # partition -> host:port
+        self._conns: dict[str, KafkaClient] = {}
 
     def __enter__(self) -> SinkProducer:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self._client.close()
+        for c in self._conns.values():
+            c.close()
+
+    def _route(self, topics: set[str]) -> None:
+        md = self._client.request(ApiKey.METADATA, 12, {
+            "topics": [{"name": t, "topic_id": None} for t in sorted(topics)],
+            "allow_auto_topic_creation": False, "include_topic_authorized_operations": False,
+        })  # fmt: skip
+        where = {b.node_id: f"{b.host}:{b.port}" for b in md.brokers}
+        self._leaders = {
+            (t.name, p.partition_index): where[p.leader_id]
+            for t in md.topics
+            for p in t.partitions
+            if p.leader_id in where
+        }
+
+    def _conn(self, address: str | None) -> KafkaClient:
+        if address is None:
+            return self._client
+        conn = self._conns.get(address)
+        if conn is None:
+            conn = KafkaClient(ClientSettings(address, self.settings.timeout_s,
+                                              self.settings.client_id))  # fmt: skip
+            self._conns[address] = conn
+        return conn
 
     def partition_counts(self, topics: list[str]) -> dict[str, int]:
         """Partitions per topic; a missing topic is created if the broker auto-creates."""
@@ -183,10 +229,57 @@ class SinkProducer:
         return requests
 
     def _produce(self, request: dict[tuple[str, int], bytes], pid: int) -> None:
+        """Send ``request`` (one batch per partition), each to its partition's leader,
+        retrying retriable refusals until ``ROUTE_TIMEOUT_S`` has passed."""
+        deadline = time.monotonic() + ROUTE_TIMEOUT_S
+        pending = dict(request)
+        while True:
+            targets: dict[str | None, dict[tuple[str, int], bytes]] = {}
+            for k, data in pending.items():
+                address = None if self._leaders is None else self._leaders.get(k, "")
+                targets.setdefault(address, {})[k] = data
+            retry: dict[tuple[str, int], bytes] = {}
+            last: Exception | None = None
+            for address, part in targets.items():
+                if address == "":  # no live leader known yet
+                    retry |= part
+                    continue
+                try:
+                    retry |= {k: part[k] for k in self._send(self._conn(address), part, pid)}
+                except KafkaConnectionError as e:  # the leader died: forget the connection
+                    last = e
+                    dead = self._conns.pop(address, None) if address is not None else None
+                    if dead is not None:
+                        dead.close()
+                    retry |= part
+            if not retry:
+                return
+            if time.monotonic() > deadline:
+                raise SinkWriteError(
+                    f"producing to {sorted(retry)} (producer id {pid}) failed: no leader "
+                    f"took the batches within {ROUTE_TIMEOUT_S:.0f} s" + (f" ({last})" if last
+                                                                          else "")
+                )  # fmt: skip
+            time.sleep(ROUTE_BACKOFF_S)
+            try:
+                self._route({t for t, _ in retry})
+            except (KafkaConnectionError, KafkaRequestError):
+                # the broker this producer bootstrapped from died: reconnect to any of the
+                # bootstrap servers, and route on the next round
+                with contextlib.suppress(KafkaConnectionError):
+                    self._client.close()
+                    self._client = KafkaClient(self.settings)
+            pending = retry
+
+    def _send(
+        self, client: KafkaClient, request: dict[tuple[str, int], bytes], pid: int
+    ) -> list[tuple[str, int]]:
+        """One Produce request; the partitions to retry (refused with a retriable error)."""
         by_topic: dict[str, list[dict[str, object]]] = {}
         for (topic, partition), data in request.items():
             by_topic.setdefault(topic, []).append({"index": partition, "records": data})
-        resp = self._client.request(
+        retry: list[tuple[str, int]] = []
+        resp = client.request(
             ApiKey.PRODUCE,
             9,
             {
@@ -200,6 +293,9 @@ class SinkProducer:
         )
         for t in resp.responses:
             for p in t.partition_responses:
+                if p.error_code in _RETRIABLE:
+                    retry.append((t.name, p.index))
+                    continue
                 if p.error_code not in _WRITTEN:
                     code = ErrorCode(p.error_code)
                     hint = ""
@@ -213,3 +309,4 @@ class SinkProducer:
                         f"{code.name.upper()}" + (f" ({p.error_message})" if p.error_message
                                                    else "") + hint
                     )  # fmt: skip
+        return retry

@@ -6,7 +6,9 @@ call raises ``KafkaRequestError`` with the broker's error code when the broker r
 from __future__ import annotations
 
 import struct
-from typing import Any
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from kio.schema.errors import ErrorCode
 
@@ -16,6 +18,46 @@ from sparklog.kafka.wire import ApiKey
 
 LATEST, EARLIEST = -1, -2  # ListOffsets' special timestamps
 TOPIC_RESOURCE = 2
+#: answers that mean "ask the group's coordinator" (cluster mode: it is another broker)
+_COORDINATOR_MOVED = {
+    ErrorCode.not_coordinator,
+    ErrorCode.coordinator_not_available,
+    ErrorCode.coordinator_load_in_progress,
+}
+_RETRY_S = 0.2
+T = TypeVar("T")
+
+
+def _client_for(client: KafkaClient, address: str) -> KafkaClient:
+    return KafkaClient(ClientSettings(address, client.settings.timeout_s, client.client_id))
+
+
+def at_coordinator(client: KafkaClient, group: str, call: Callable[[KafkaClient], T]) -> T:
+    """``call(client)``; when the broker says it does not coordinate ``group`` (a cluster),
+    find the coordinator (FindCoordinator) and run ``call`` there, until it answers or the
+    client's timeout passes. One broker coordinates everything: no extra request."""
+    try:
+        return call(client)
+    except KafkaRequestError as e:
+        if e.code not in _COORDINATOR_MOVED:
+            raise
+        last = e
+    deadline = time.monotonic() + client.settings.timeout_s
+    while time.monotonic() < deadline:
+        found = client.request(
+            ApiKey.FIND_COORDINATOR, 4, {"key_type": 0, "coordinator_keys": [group]}
+        ).coordinators[0]
+        if found.error_code == ErrorCode.none:
+            with _client_for(client, f"{found.host}:{found.port}") as there:
+                try:
+                    return call(there)
+                except KafkaRequestError as e:
+                    if e.code not in _COORDINATOR_MOVED:
+                        raise
+                    last = e
+        time.sleep(_RETRY_S)
+    raise last
+
 
 # ---------------------------------------------------------------------------- topics
 
@@ -227,28 +269,54 @@ def decode_assignment(data: bytes) -> dict[str, list[int]]:
     return out
 
 
+def _describe_groups(client: KafkaClient, group: str) -> Any:
+    """The DescribeGroups answer for ``group``, from its coordinator."""
+
+    def call(c: KafkaClient) -> Any:
+        g = c.request(
+            ApiKey.DESCRIBE_GROUPS, 5, {"groups": [group], "include_authorized_operations": False}
+        ).groups[0]
+        if g.error_code != ErrorCode.none:
+            raise KafkaRequestError(f"describe group {group!r}", g.error_code)
+        return g
+
+    return at_coordinator(client, group, call)
+
+
 def group_state(client: KafkaClient, group: str) -> tuple[str, int]:
     """A group's state and number of members (DescribeGroups)."""
-    g = client.request(
-        ApiKey.DESCRIBE_GROUPS, 5, {"groups": [group], "include_authorized_operations": False}
-    ).groups[0]
-    if g.error_code != ErrorCode.none:
-        raise KafkaRequestError(f"describe group {group!r}", g.error_code)
+    g = _describe_groups(client, group)
     return g.group_state, len(g.members)
 
 
 def list_groups(client: KafkaClient) -> list[tuple[str, str]]:
-    resp = client.request(ApiKey.LIST_GROUPS, 4, {"states_filter": []})
-    return [(g.group_id, g.group_state) for g in resp.groups]
+    """Every group of the cluster: each broker lists the groups it coordinates, so every
+    live broker of the metadata is asked."""
+    md = client.request(ApiKey.METADATA, 12, _metadata_request([]))
+    found: dict[str, str] = {}
+    for b in md.brokers if len(md.brokers) > 1 else []:
+        with _client_for(client, f"{b.host}:{b.port}") as c:
+            resp = c.request(ApiKey.LIST_GROUPS, 4, {"states_filter": []})
+            found |= {g.group_id: g.group_state for g in resp.groups}
+    if len(md.brokers) <= 1:
+        resp = client.request(ApiKey.LIST_GROUPS, 4, {"states_filter": []})
+        found = {g.group_id: g.group_state for g in resp.groups}
+    return sorted(found.items())
 
 
 def committed_offsets(client: KafkaClient, group: str) -> dict[tuple[str, int], int]:
-    resp = client.request(
-        ApiKey.OFFSET_FETCH,
-        8,
-        {"groups": [{"group_id": group, "topics": None}], "require_stable": False},
-    )
-    g = resp.groups[0]
+    def call(c: KafkaClient) -> Any:
+        resp = c.request(
+            ApiKey.OFFSET_FETCH,
+            8,
+            {"groups": [{"group_id": group, "topics": None}], "require_stable": False},
+        )
+        g = resp.groups[0]
+        if g.error_code != ErrorCode.none:
+            raise KafkaRequestError(f"committed offsets of {group!r}", g.error_code)
+        return g
+
+    g = at_coordinator(client, group, call)
     return {
         (t.name, p.partition_index): p.committed_offset
         for t in g.topics
@@ -305,11 +373,7 @@ def record_timestamp(client: KafkaClient, topic: str, partition: int, offset: in
 def describe_group(client: KafkaClient, group: str, now_ms: int) -> dict[str, Any]:
     """Members, and per partition: owner, committed offset, log end, lag in records and in
     seconds (the age of the oldest unconsumed record)."""
-    g = client.request(
-        ApiKey.DESCRIBE_GROUPS, 5, {"groups": [group], "include_authorized_operations": False}
-    ).groups[0]
-    if g.error_code != ErrorCode.none:
-        raise KafkaRequestError(f"describe group {group!r}", g.error_code)
+    g = _describe_groups(client, group)
     if g.group_state == "Dead":  # no members and no committed offsets: no such group
         raise KafkaRequestError(
             f"describe group {group!r}", ErrorCode.group_id_not_found, "no such group"
@@ -324,8 +388,8 @@ def describe_group(client: KafkaClient, group: str, now_ms: int) -> dict[str, An
     rows = []
     for topic in sorted({t for t, _ in keys}):
         parts = [p for t, p in keys if t == topic]
-        ends = list_offsets(client, topic, parts, -1)
-        starts = list_offsets(client, topic, parts, -2)
+        md = client.request(ApiKey.METADATA, 12, _metadata_request([topic]))
+        starts, ends = _offsets_from_leaders(client, md, topic, parts)
         for p in parts:
             end = ends[p][0]
             pos = committed.get((topic, p))
@@ -361,7 +425,12 @@ def describe_group(client: KafkaClient, group: str, now_ms: int) -> dict[str, An
 
 
 def commit_offsets(client: KafkaClient, group: str, offsets: dict[tuple[str, int], int]) -> None:
-    """Commit as a standalone client (generation -1): only while the group has no members."""
+    """Commit as a standalone client (generation -1): only while the group has no members;
+    at the group's coordinator."""
+    at_coordinator(client, group, lambda c: _commit_offsets(c, group, offsets))
+
+
+def _commit_offsets(client: KafkaClient, group: str, offsets: dict[tuple[str, int], int]) -> None:
     by_topic: dict[str, list[tuple[int, int]]] = {}
     for (t, p), o in sorted(offsets.items()):
         by_topic.setdefault(t, []).append((p, o))
@@ -406,9 +475,12 @@ def commit_offsets(client: KafkaClient, group: str, offsets: dict[tuple[str, int
 
 
 def delete_group(client: KafkaClient, group: str) -> None:
-    r = client.request(ApiKey.DELETE_GROUPS, 2, {"groups_names": [group]}).results[0]
-    if r.error_code != ErrorCode.none:
-        raise KafkaRequestError(f"delete group {group!r}", r.error_code)
+    def call(c: KafkaClient) -> None:
+        r = c.request(ApiKey.DELETE_GROUPS, 2, {"groups_names": [group]}).results[0]
+        if r.error_code != ErrorCode.none:
+            raise KafkaRequestError(f"delete group {group!r}", r.error_code)
+
+    at_coordinator(client, group, call)
 
 
 # ---------------------------------------------------------------------------- producers

@@ -325,6 +325,12 @@ class PartitionLog:
         created = self._manifest.active.created_ms
         return now_ms - created >= self.config.segment_ms
 
+    def confirm_leadership(self) -> None:
+        """Run the fence (cluster mode; nothing embedded): NotLeaderError once another
+        broker leads this partition."""
+        if self._fence is not None:
+            self._fence()
+
     def wait_durable(self, next_offset: int) -> None:
         """Block until every offset below ``next_offset`` is fsynced (group commit)."""
         self._commit.wait(next_offset)

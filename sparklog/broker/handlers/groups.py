@@ -234,6 +234,8 @@ async def list_groups(ctx: RequestContext, header: Any, req: Any) -> dict[str, A
     for gid in ctx.offsets.offsets:
         rows[gid] = {"group_id": gid, "protocol_type": "consumer", "group_state": "Empty"}
     for gid, g in ctx.coordinator.groups.items():
+        if not ctx.coordinates(gid):  # cluster mode: a group this broker coordinated once
+            continue
         rows[gid] = {"group_id": gid, "protocol_type": g.protocol_type or "consumer",
                      "group_state": g.state.value}  # fmt: skip
     groups = [r for r in rows.values() if not wanted or r["group_state"] in wanted]
@@ -244,6 +246,11 @@ async def list_groups(ctx: RequestContext, header: Any, req: Any) -> dict[str, A
 async def describe_groups(ctx: RequestContext, header: Any, req: Any) -> dict[str, Any]:
     out = []
     for gid in req.groups:
+        if not ctx.coordinates(gid):
+            out.append({"error_code": ErrorCode.not_coordinator, "group_id": gid,
+                        "group_state": "", "protocol_type": "", "protocol_data": "",
+                        "members": [], "authorized_operations": -2147483648})  # fmt: skip
+            continue
         g = ctx.coordinator.groups.get(gid)
         if g is None:
             state = "Empty" if gid in ctx.offsets.offsets else "Dead"
@@ -274,6 +281,7 @@ async def delete_groups(ctx: RequestContext, header: Any, req: Any) -> dict[str,
     for gid in req.groups_names:
         code = ErrorCode.none
         try:
+            ctx.check_coordinator(gid)
             if gid not in ctx.coordinator.groups and gid not in ctx.offsets.offsets:
                 raise GroupNotFoundError(f"group {gid!r} has no members and no offsets")
             ctx.coordinator.delete(gid)

@@ -20,6 +20,7 @@ from sparklog.broker.partitions import PartitionHandle
 from sparklog.errors import (
     DuplicateSequenceError,
     InvalidBatchError,
+    InvalidProducerEpochError,
     InvalidRecordsError,
     OutOfOrderSequenceError,
     RecordTooLargeError,
@@ -28,7 +29,12 @@ from sparklog.errors import (
 )
 from sparklog.kafka.records import decode_batch, split_batches
 
-_SEQUENCE_ERRORS = (DuplicateSequenceError, OutOfOrderSequenceError, UnknownProducerError)
+_SEQUENCE_ERRORS = (
+    DuplicateSequenceError,
+    OutOfOrderSequenceError,
+    UnknownProducerError,
+    InvalidProducerEpochError,
+)
 log = logging.getLogger(__name__)
 _BACKGROUND: set[asyncio.Task[None]] = set()
 
@@ -87,6 +93,26 @@ def _append_one(
     return entry, handle, outcome.base_offset + batch.count
 
 
+async def _confirmed(
+    ctx: RequestContext, topic: str, index: int, e: SparkLogError
+) -> SparkLogError:
+    """A sequence error is the leader's word only (cluster mode): a deposed leader that has
+    not noticed yet judges a retry by a producer state its successor has moved past, and
+    an OUT_OF_ORDER_SEQUENCE_NUMBER or UNKNOWN_PRODUCER_ID from it would make the client
+    bump its producer epoch and send again records that may already be written. So the
+    error stands only once the fence confirms this broker still leads the partition; else
+    the answer is NOT_LEADER_OR_FOLLOWER and the client asks the new leader."""
+    handle = ctx.manager.handles.get((topic, index))
+    if ctx.cluster is None or handle is None:
+        return e
+    try:
+        await asyncio.get_running_loop().run_in_executor(None, handle.log.confirm_leadership)
+    except SparkLogError as fenced:
+        log.info("%s-%d: %s not answered: %s", topic, index, type(e).__name__, fenced)
+        return fenced
+    return e
+
+
 async def produce(ctx: RequestContext, header: Any, req: Any) -> dict[str, Any] | None:
     acks = int(req.acks)
     topics_out = []
@@ -115,6 +141,7 @@ async def produce(ctx: RequestContext, header: Any, req: Any) -> dict[str, Any] 
                     log.debug("produce to %s-%s refused: %s", topic_data.name, pdata.index, e)
                 elif isinstance(e, _SEQUENCE_ERRORS):
                     log.info("produce to %s-%s refused: %s", topic_data.name, pdata.index, e)
+                    e = await _confirmed(ctx, topic_data.name, pdata.index, e)
                 parts_out.append(_partition_error(pdata.index, error_code(e), str(e)))
                 continue
             parts_out.append(entry)
