@@ -238,13 +238,14 @@ def run_faults(work: str, args: argparse.Namespace) -> dict[str, Any]:
                 wait_for_leaders(bootstrap)
                 time.sleep(1)
         finally:
-            history = work_load.stop()
+            history = work_load.stop(flush_s=20)
+            if args.logs:
+                Path(args.logs).mkdir(parents=True, exist_ok=True)
+                for n, b in cluster.brokers.items():
+                    Path(args.logs, f"broker-{n}.log").write_text("\n".join(b.lines))
         work_load.read_all(timeout_s=300)
         report = check(history)
         if args.logs:
-            Path(args.logs).mkdir(parents=True, exist_ok=True)
-            for n, b in cluster.brokers.items():
-                Path(args.logs, f"broker-{n}.log").write_text("\n".join(b.lines))
             Path(args.logs, "anomalies.txt").write_text(repr(report.examples))
         refused = sum("acknowledgements refused" in ln for b in cluster.brokers.values()
                       for ln in b.lines)  # fmt: skip

@@ -10,6 +10,7 @@ partition and offset, and the time, for the unavailability figures) or failed.
 from __future__ import annotations
 
 import itertools
+import os
 import threading
 import time
 from collections import defaultdict
@@ -80,7 +81,9 @@ class Workload:
         return max(b - a for a, b in itertools.pairwise(window))
 
     def _produce(self, me: int) -> None:
-        producer = Producer({"bootstrap.servers": self.bootstrap, **PRODUCER_CONF})
+        debug = {"debug": os.environ["SPARKLOG_RDKAFKA_DEBUG"]} if os.environ.get(
+            "SPARKLOG_RDKAFKA_DEBUG") else {}  # fmt: skip
+        producer = Producer({"bootstrap.servers": self.bootstrap, **PRODUCER_CONF, **debug})
 
         def report(err: Any, msg: Any) -> None:
             value = msg.value()

@@ -189,3 +189,20 @@ def test_committed_offsets_survive_their_coordinators_death(cluster: BrokerClust
         time.sleep(0.5)
     again.close()
     assert [t.offset for t in got] == [3 + p for p in range(PARTITIONS)]
+
+
+def test_a_leader_stopped_gracefully_hands_its_partitions_over_at_once(
+    cluster: BrokerCluster,
+) -> None:
+    def fault(work: Workload) -> None:
+        victim = wait_for_leaders(cluster)[0]
+        t0 = time.monotonic()
+        assert cluster.brokers[victim].stop(30) == 0
+        while work.acked_since(t0, 0) is None:
+            assert time.monotonic() - t0 < 20, "partition 0 never took a write again"
+            time.sleep(0.05)
+        # well within the lease TTL: the broker left etcd instead of letting its lease expire
+        assert work.longest_gap(0, t0, time.monotonic()) < TTL_MS / 1000
+        cluster.brokers[victim].start()
+
+    run_with_faults(cluster, fault)

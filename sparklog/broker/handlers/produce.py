@@ -22,6 +22,9 @@ from sparklog.errors import (
     InvalidBatchError,
     InvalidProducerEpochError,
     InvalidRecordsError,
+    LeaseLostError,
+    LogClosedError,
+    NotLeaderError,
     OutOfOrderSequenceError,
     RecordTooLargeError,
     SparkLogError,
@@ -93,6 +96,23 @@ def _append_one(
     return entry, handle, outcome.base_offset + batch.count
 
 
+def _not_durable_code(e: BaseException) -> ErrorCode:
+    """The answer for records appended but never acknowledged. A leadership check that
+    failed after the append (cluster mode: another broker leads now) is REQUEST_TIMED_OUT,
+    not NOT_LEADER_OR_FOLLOWER: the records are in the file, and the new leader's recovery
+    may include them. Kafka clients take NOT_LEADER_OR_FOLLOWER as "not persisted" and,
+    should they bump their producer epoch, send such records again under new sequence
+    numbers: written twice (bench/cluster.py found it). REQUEST_TIMED_OUT means "may or may
+    not be written": the client retries with the same sequence numbers, and the new leader
+    answers a batch it holds with its original offsets. A failed fsync is
+    KAFKA_STORAGE_ERROR."""
+    if isinstance(e, NotLeaderError | LogClosedError | LeaseLostError):
+        return ErrorCode.request_timed_out
+    if isinstance(e, SparkLogError):
+        return error_code(e)
+    return ErrorCode.kafka_storage_error
+
+
 async def _confirmed(
     ctx: RequestContext, topic: str, index: int, e: SparkLogError
 ) -> SparkLogError:
@@ -161,11 +181,7 @@ async def produce(ctx: RequestContext, header: Any, req: Any) -> dict[str, Any] 
     for (entry, _h, _upto), result in zip(waits, results, strict=True):
         if isinstance(result, BaseException):
             entry.update(
-                # a failed leadership check is NOT_LEADER_OR_FOLLOWER (the client looks for
-                # the new leader), a failed fsync KAFKA_STORAGE_ERROR
-                error_code=error_code(result)
-                if isinstance(result, SparkLogError)
-                else ErrorCode.kafka_storage_error,
+                error_code=_not_durable_code(result),
                 base_offset=-1,
                 error_message=f"not durable: {result}",
             )
