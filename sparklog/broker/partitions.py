@@ -24,9 +24,10 @@ from sparklog.errors import (
 )
 from sparklog.kafka.records import DecodedBatch
 from sparklog.storage import Storage, names
-from sparklog.storage.log import AppendResult, PartitionLog
+from sparklog.storage.log import PartitionLog
 from sparklog.storage.producers import ProducerBatch
 from sparklog.storage.reader import LogView, PartitionReader
+from sparklog.storage.records import AppendResult
 from sparklog.storage.topics import TopicMeta
 
 log = logging.getLogger(__name__)

@@ -13,10 +13,10 @@ Never networking, never Spark.
 
 from sparklog.storage.config import TopicConfig
 from sparklog.storage.fs import FileSystem
-from sparklog.storage.log import AppendResult, PartitionLog
+from sparklog.storage.log import PartitionLog
 from sparklog.storage.manifest import Manifest, SegmentInfo
 from sparklog.storage.reader import LogView, PartitionReader
-from sparklog.storage.records import RECORD_SCHEMA, make_records
+from sparklog.storage.records import RECORD_SCHEMA, AppendResult, make_records
 from sparklog.storage.store import Storage, filesystem_for
 from sparklog.storage.topics import TopicMeta, TopicStore
 

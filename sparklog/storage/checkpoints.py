@@ -139,3 +139,22 @@ def read_leader_epochs(fs: FileSystem, partition_path: str) -> list[tuple[int, i
 def write_leader_epochs(fs: FileSystem, partition_path: str, epochs: list[tuple[int, int]]) -> None:
     path = fs.join(partition_path, names.LEADER_EPOCH_FILE)
     fs.write_atomic(path, json.dumps({"epochs": [list(e) for e in epochs]}).encode())
+
+
+def end_offset_for_epoch(
+    history: list[tuple[int, int]], epoch: int, high_watermark: int
+) -> tuple[int, int]:
+    """Kafka's OffsetForLeaderEpoch answer from a leader-epoch history ``[(epoch,
+    start_offset)]``: ``(the largest epoch <= epoch, the offset where the next epoch
+    starts)``; for the current epoch, the high watermark; ``(-1, -1)`` for an epoch newer
+    than any (or -1)."""
+    history = sorted(history)
+    if epoch < 0 or not history:
+        return -1, -1
+    if epoch == history[-1][0]:
+        return epoch, high_watermark
+    higher = [(e, start) for e, start in history if e > epoch]
+    if not higher:
+        return -1, -1
+    floor = [e for e, _start in history if e <= epoch]
+    return (floor[-1] if floor else epoch), min(higher[0][1], high_watermark)

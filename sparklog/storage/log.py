@@ -45,8 +45,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from concurrent.futures import Future
 
 import pyarrow as pa
 
@@ -65,8 +64,13 @@ from sparklog.storage.fs import FileSystem
 from sparklog.storage.manifest import Manifest, ManifestStore, SegmentInfo
 from sparklog.storage.producers import ProducerBatch, ProducerStates, write_snapshot
 from sparklog.storage.reader import DEFAULT_MAX_BYTES, LogView
-from sparklog.storage.records import normalize, payload_bytes
-from sparklog.storage.sealed import ROW_GROUP_ROWS, SealedSegment, seal_rolled
+from sparklog.storage.records import AppendResult, normalize, payload_bytes
+from sparklog.storage.sealed import (
+    ROW_GROUP_ROWS,
+    SealedSegment,
+    background_sealer,
+    seal_rolled,
+)
 
 log = logging.getLogger(__name__)
 
@@ -74,32 +78,6 @@ ORPHAN_GRACE_MS = 3600 * 1000
 _IPC_OVERHEAD = 1024
 #: the stored columns producer-state recovery reads
 _PRODUCER_COLUMNS = ["offset", "producer_id", "producer_epoch", "sequence"]
-
-_sealer: ThreadPoolExecutor | None = None
-_sealer_lock = threading.Lock()
-
-
-def _background_sealer() -> ThreadPoolExecutor:
-    """One sealing thread per process, shared by every log: sealing is Parquet encoding
-    (zstd), which releases the GIL and runs beside appends; one at a time bounds its CPU."""
-    global _sealer
-    with _sealer_lock:
-        if _sealer is None:
-            _sealer = ThreadPoolExecutor(1, thread_name_prefix="sparklog-seal")
-        return _sealer
-
-
-@dataclass(frozen=True)
-class AppendResult:
-    """Where an append landed. ``duplicate``: an idempotent producer's retry of a batch the
-    log holds, nothing written, offsets the original's. ``rolled``: this append rolled the
-    active segment first."""
-
-    base_offset: int
-    last_offset: int
-    log_append_time_ms: int = -1
-    duplicate: bool = False
-    rolled: bool = False
 
 
 RecoveryReport = recovery.RecoveryReport
@@ -170,33 +148,23 @@ class PartitionLog:
     ) -> PartitionLog:
         """Recover the partition (``sparklog.storage.recovery``) and open it for writing.
 
-        Cluster mode (``leader_epoch`` given: the epoch the controller assigned this broker)
-        takes the partition over first (``recovery.take_over``: the epoch is committed
-        before anything is repaired, the old active segment is frozen at its recovered end,
-        a new one named with the epoch follows). ``fence`` is then called by every
-        group-commit round after its fsync and before the high watermark moves; it raises
-        (``NotLeaderError``) once this broker no longer leads, so nothing is acknowledged."""
+        Cluster mode (``leader_epoch``: the one the controller assigned) takes the partition
+        over first (``recovery.take_over``). Every group-commit round calls ``fence`` after
+        its fsync, before the high watermark moves: it raises once another broker leads."""
         config = config or TopicConfig()
         path = names.partition_dir(root, topic, partition)
         label = f"{topic}-{partition}"
         store = ManifestStore(fs, path, writer=writer or f"log:{os.getpid()}", clock=clock)
         now_ms = int(clock() * 1000)
-        if leader_epoch is not None:
-            found = recovery.take_over(
-                fs, path, config, store, leader_epoch, now_ms=now_ms, label=label
-            )
-        else:
+        if leader_epoch is None:
             found = recovery.recover(fs, path, config, store, now_ms=now_ms, label=label)
+        else:
+            found = recovery.take_over(fs, path, config, store, leader_epoch, now_ms=now_ms,
+                                       label=label)  # fmt: skip
         plog = cls(
             fs, path, label, config, found,
             clock=clock, row_group_rows=row_group_rows, auto_seal=auto_seal, fence=fence,
         )  # fmt: skip
-        if leader_epoch is not None:
-            epochs = plog.leader_epochs()
-            if not epochs or epochs[-1][0] < leader_epoch:
-                checkpoints.write_leader_epochs(
-                    fs, path, [*epochs[-99:], (leader_epoch, plog.log_end_offset)]
-                )
         plog._write_hwm(plog._commit.durable)
         plog._write_recovery_point()
         plog._producers = recovery.producer_states(
@@ -430,7 +398,7 @@ class PartitionLog:
 
         with self._lock:
             self._seals = [f for f in self._seals if not f.done()]
-            self._seals.append(_background_sealer().submit(run))
+            self._seals.append(background_sealer().submit(run))
 
     def wait_sealed(self) -> None:
         """Wait for background seals started so far (exceptions are re-raised)."""
@@ -574,21 +542,8 @@ class PartitionLog:
         return checkpoints.read_leader_epochs(self.fs, self.path)
 
     def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
-        """Kafka's OffsetForLeaderEpoch answer from the leader-epoch history: ``(the largest
-        epoch <= epoch, the offset where the next epoch starts)``; for the current epoch, the
-        high watermark; ``(-1, -1)`` for an epoch newer than any (or -1)."""
-        history = sorted(self.leader_epochs())
-        if epoch < 0 or not history:
-            return -1, -1
-        latest = history[-1][0]
-        if epoch == latest:
-            return epoch, self.high_watermark
-        higher = [(e, start) for e, start in history if e > epoch]
-        if not higher:
-            return -1, -1
-        floor = [e for e, _start in history if e <= epoch]
-        end = min(higher[0][1], self.high_watermark)
-        return (floor[-1] if floor else epoch), end
+        """Kafka's OffsetForLeaderEpoch answer (``checkpoints.end_offset_for_epoch``)."""
+        return checkpoints.end_offset_for_epoch(self.leader_epochs(), epoch, self.high_watermark)
 
     def bump_leader_epoch(self) -> int:
         """Start a new leader epoch at the log end offset; returns it. The epoch is
@@ -617,10 +572,13 @@ class PartitionLog:
             self._closed = True
         self._commit.fail_waiting(error)
         with self._lock:
-            self._active.close()
-            for seg in self._sealed_cache.values():
-                seg.close()
-            self._sealed_cache.clear()
+            self._release_files()
+
+    def _release_files(self) -> None:
+        self._active.close()
+        for seg in self._sealed_cache.values():
+            seg.close()
+        self._sealed_cache.clear()
 
     def close(self) -> None:
         """Wait for background seals, make everything durable, record the recovery point
@@ -638,7 +596,4 @@ class PartitionLog:
             self._producers.covered_offset = self.log_end_offset
             write_snapshot(self.fs, self.path, self._producers)
             self._closed = True
-            self._active.close()
-            for seg in self._sealed_cache.values():
-                seg.close()
-            self._sealed_cache.clear()
+            self._release_files()

@@ -23,6 +23,7 @@ from __future__ import annotations
 import functools
 import struct
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -222,3 +223,16 @@ def payload_bytes(batch: pa.RecordBatch) -> int:
 def max_timestamp(batch: pa.RecordBatch) -> int:
     ts = pc.max(batch.column("timestamp"))
     return int(ts.value) if ts.is_valid else -1
+
+
+@dataclass(frozen=True)
+class AppendResult:
+    """Where an append landed. ``duplicate``: an idempotent producer's retry of a batch the
+    log holds, nothing written, offsets the original's. ``rolled``: this append rolled the
+    active segment first."""
+
+    base_offset: int
+    last_offset: int
+    log_append_time_ms: int = -1
+    duplicate: bool = False
+    rolled: bool = False

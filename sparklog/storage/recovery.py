@@ -192,8 +192,9 @@ def take_over(
     found = recover(fs, path, config, store, now_ms=now_ms, label=label)
     if found.manifest.leader_epoch < epoch:  # a partition no writer had opened
         found.manifest = store.commit(transforms.EpochChange(epoch, label))
-    if found.active_epoch == epoch:
-        return found  # this broker took it over at this epoch before (a retried open)
+    if found.active_epoch == epoch:  # this broker took it over at this epoch before
+        _record_epoch(fs, path, epoch, found.active.base_offset)
+        return found
     old = found.active
     end = old.next_offset
     new = ActiveSegment.create(fs, path, end, config.index_interval_bytes, epoch=epoch)
@@ -216,9 +217,17 @@ def take_over(
         raise
     finally:
         old.close()
+    _record_epoch(fs, path, epoch, end)
     log.info("%s: taken over at leader epoch %d from offset %d (%s %s)", label, epoch, end,
              old.name, "frozen" if frozen else "empty, dropped")  # fmt: skip
     return Recovered(store, manifest, new, found.report)
+
+
+def _record_epoch(fs: FileSystem, path: str, epoch: int, start: int) -> None:
+    """Add ``(epoch, start)`` to the leader-epoch history (OffsetForLeaderEpoch's answers)."""
+    history = checkpoints.read_leader_epochs(fs, path)
+    if not history or history[-1][0] < epoch:
+        checkpoints.write_leader_epochs(fs, path, [*history[-99:], (epoch, start)])
 
 
 def producer_states(

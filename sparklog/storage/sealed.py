@@ -25,7 +25,9 @@ from __future__ import annotations
 import bisect
 import contextlib
 import dataclasses
+import threading
 from collections.abc import Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -327,3 +329,17 @@ def _clip(
         hi = int(pc.sum(pc.less(offsets, end_offset)).as_py())
     if hi > lo:
         yield batch.slice(lo, hi - lo) if (lo, hi) != (0, n) else batch
+
+
+_sealer: ThreadPoolExecutor | None = None
+_sealer_lock = threading.Lock()
+
+
+def background_sealer() -> ThreadPoolExecutor:
+    """One sealing thread per process, shared by every log: sealing is Parquet encoding
+    (zstd), which releases the GIL and runs beside appends; one at a time bounds its CPU."""
+    global _sealer
+    with _sealer_lock:
+        if _sealer is None:
+            _sealer = ThreadPoolExecutor(1, thread_name_prefix="sparklog-seal")
+        return _sealer
