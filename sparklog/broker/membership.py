@@ -54,7 +54,8 @@ from sparklog.storage import names
 
 log = logging.getLogger(__name__)
 
-VIEW_INTERVAL_S = 0.25
+VIEW_INTERVAL_S = 0.1
+TOPIC_SYNC_S = 1.0
 FENCE_TIMEOUT_S = 5.0
 PRODUCER_ID_BLOCK = 1000
 
@@ -260,8 +261,13 @@ class ClusterMember:
     # ------------------------------------------------------------------ leadership
 
     async def _lead(self) -> None:
+        next_sync = 0.0
         while not self._stop.is_set():
             try:
+                if time.monotonic() >= next_sync:  # configs or deletes via another broker
+                    next_sync = time.monotonic() + TOPIC_SYNC_S
+                    for key in self.manager.sync_topics():
+                        await self._give_up(key, "its topic was deleted")
                 await self.view.refresh()
                 await self._apply(self.view.assignments)
             except CoordinationError as e:

@@ -74,6 +74,26 @@ class PartitionManager:
                 self._adopt(name)
         return dict(self._topics)
 
+    def sync_topics(self) -> list[tuple[str, int]]:
+        """Cluster mode: pick up topic changes another broker committed to the shared
+        storage: new configs reach the open logs of the topic; the partitions of a topic
+        deleted (or shrunk by nothing: partitions only grow) are returned, for the caller to
+        give up. Each known topic costs one read of its latest metadata version."""
+        gone: list[tuple[str, int]] = []
+        for name, known in list(self._topics.items()):
+            try:
+                meta = self.storage.topics.get(name)
+            except UnknownTopicError:
+                del self._topics[name]
+                gone += [k for k in self.handles if k[0] == name]
+                continue
+            if meta.version != known.version:
+                self._topics[name] = meta
+                for (topic, _p), handle in self.handles.items():
+                    if topic == name:
+                        handle.log.reconfigure(meta.config)
+        return gone
+
     def topic(self, name: str) -> TopicMeta:
         names.validate_topic_name(name)
         meta = self._topics.get(name)

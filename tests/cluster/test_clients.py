@@ -136,3 +136,43 @@ def test_topics_describe_shows_each_partitions_leader_replicas_and_isr(
     [state] = json.loads(out.stdout)["partition_state"]
     assert (state["leader"], state["leader_epoch"], state["high_watermark"]) == (node, epoch, 10)
     assert sorted(state["replicas"]) == sorted(state["isr"]) == [1, 2, 3]
+
+
+def test_a_config_changed_through_another_broker_reaches_the_leader(
+    cluster: BrokerCluster,
+) -> None:
+    from confluent_kafka import KafkaError
+
+    from sparklog.kafka import admin as kc
+
+    node, _epoch = leader(cluster)
+    other = next(i for i in cluster.brokers if i != node)
+    with KafkaClient(cluster.brokers[other].bootstrap) as client:
+        kc.alter_topic_configs(client, TOPIC, {"max.message.bytes": "2000"}, [])
+    deadline = time.monotonic() + 10
+    errors: list[Any] = []
+    p = Producer({"bootstrap.servers": cluster.bootstrap, "message.max.bytes": 100_000})
+    while True:  # the leader picks the new config up within a second
+        errors.clear()
+        p.produce(TOPIC, b"x" * 5000, on_delivery=lambda e, _m: errors.append(e))
+        p.flush(10)
+        if errors and errors[0] is not None:
+            break
+        assert time.monotonic() < deadline, "the leader still takes 5000-byte records"
+        time.sleep(0.5)
+    assert errors[0].code() == KafkaError.MSG_SIZE_TOO_LARGE, errors[0]
+
+
+def test_a_topic_deleted_through_another_broker_is_given_up_by_its_leader(
+    cluster: BrokerCluster,
+) -> None:
+    produce(cluster, 5)
+    node, _epoch = leader(cluster)
+    other = next(i for i in cluster.brokers if i != node)
+    admin = AdminClient({"bootstrap.servers": cluster.brokers[other].bootstrap})
+    for f in admin.delete_topics([TOPIC]).values():
+        f.result(30)
+    line = cluster.brokers[node].wait_for_line(
+        lambda ln: f"gave up {TOPIC}-0" in ln and "deleted" in ln, 10
+    )
+    assert line, "\n".join(cluster.brokers[node].lines[-30:])

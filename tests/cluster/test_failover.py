@@ -206,3 +206,27 @@ def test_a_leader_stopped_gracefully_hands_its_partitions_over_at_once(
         cluster.brokers[victim].start()
 
     run_with_faults(cluster, fault)
+
+
+def test_the_controller_paused_past_its_lease_is_replaced_and_writes_nothing_after(
+    cluster: BrokerCluster,
+) -> None:
+    md = AdminClient({"bootstrap.servers": cluster.bootstrap}).list_topics(timeout=10)
+    controller = md.controller_id
+
+    def fault(work: Workload) -> None:
+        cluster.pause(controller)
+        deadline = time.monotonic() + 30
+        while True:  # another broker is elected while the old controller sleeps
+            now = AdminClient({"bootstrap.servers": cluster.bootstrap}).list_topics(timeout=10)
+            if now.controller_id not in (-1, controller):
+                break
+            assert time.monotonic() < deadline
+            time.sleep(0.2)
+        wait_for_leaders(cluster, avoid=controller, timeout=30)
+        cluster.resume(controller)  # it wakes believing it is controller
+        time.sleep(2)
+
+    run_with_faults(cluster, fault)
+    log = "\n".join(cluster.brokers[controller].lines)
+    assert "deposed" in log or "expired" in log or "taken as lost" in log, log[-3000:]
