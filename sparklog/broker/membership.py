@@ -54,7 +54,7 @@ from sparklog.storage import names
 
 log = logging.getLogger(__name__)
 
-VIEW_INTERVAL_S = 0.1
+VIEW_INTERVAL_S = 0.25
 TOPIC_SYNC_S = 1.0
 FENCE_TIMEOUT_S = 5.0
 PRODUCER_ID_BLOCK = 1000

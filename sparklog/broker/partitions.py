@@ -210,24 +210,26 @@ class PartitionManager:
             raise NotLeaderError(
                 f"{topic}-{partition}: broker {self.config.node_id} does not lead it"
             )
-        plog = PartitionLog.open(
-            self.storage.fs,
-            self.storage.root,
-            topic,
-            partition,
-            meta.config,
-            writer=f"broker:{self.config.node_id}",
-        )
+        plog = self._open_log(topic, partition, meta)
         try:
             epoch = plog.bump_leader_epoch()
         except BaseException:
             plog.close()
             raise
-        handle = PartitionHandle(topic, partition, plog, epoch)
-        loop = asyncio.get_running_loop()
-        plog.on_durable(lambda _pos: self._wake(loop, handle))
-        self.handles[(topic, partition)] = handle
-        return handle
+        return self.install(topic, partition, plog, epoch)
+
+    def _open_log(
+        self,
+        topic: str,
+        partition: int,
+        meta: TopicMeta,
+        leader_epoch: int | None = None,
+        fence: Callable[[], None] | None = None,
+    ) -> PartitionLog:
+        return PartitionLog.open(
+            self.storage.fs, self.storage.root, topic, partition, meta.config,
+            writer=f"broker:{self.config.node_id}", leader_epoch=leader_epoch, fence=fence,
+        )  # fmt: skip
 
     def follower_view(self, topic: str, partition: int) -> LogView:
         """Cluster mode: a partition this broker does not lead, read from storage as any
@@ -245,16 +247,7 @@ class PartitionManager:
         """Cluster mode: take ``topic-partition`` over at leader ``epoch`` (blocking: run it
         on a worker thread); ``install`` it on the event loop."""
         meta = self.storage.topics.check_partition(topic, partition)
-        return PartitionLog.open(
-            self.storage.fs,
-            self.storage.root,
-            topic,
-            partition,
-            meta.config,
-            writer=f"broker:{self.config.node_id}",
-            leader_epoch=epoch,
-            fence=fence,
-        )
+        return self._open_log(topic, partition, meta, epoch, fence)
 
     def install(
         self, topic: str, partition: int, plog: PartitionLog, epoch: int

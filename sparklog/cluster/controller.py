@@ -53,7 +53,7 @@ class ControllerRole:
     coord: Coordination
     node_id: int
     partitions: Callable[[], list[Partition]]
-    interval_s: float = 0.1
+    interval_s: float = 0.25
     controller: Controller | None = None
     rounds: int = 0
     moves: list[tuple[Partition, Assignment]] = field(default_factory=list)
@@ -175,7 +175,7 @@ class ClusterView:
         a = self.assignments.get(p)
         return None if a is None else self.brokers.get(a.leader)
 
-    async def run(self, stop: asyncio.Event, interval_s: float = 0.1) -> None:
+    async def run(self, stop: asyncio.Event, interval_s: float = 0.25) -> None:
         while not stop.is_set():
             try:
                 await self.refresh()

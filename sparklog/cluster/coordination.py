@@ -124,16 +124,16 @@ class Coordination:
         if self._client is None:
             host, port = self.endpoints[self._at]
             client = aetcd.Client(host=host, port=port, timeout=self.timeout_s)
-            await client.connect()
+            await asyncio.wait_for(client.connect(), self.timeout_s)
             self._client = client
         return self._client
 
     async def _drop(self) -> None:
         client, self._client = self._client, None
         self._at = (self._at + 1) % len(self.endpoints)
-        if client is not None:
+        if client is not None:  # bounded: a channel to an unreachable member may not close
             with contextlib.suppress(Exception):
-                await client.close()
+                await asyncio.wait_for(client.close(), 1.0)
 
     async def call(self, what: str, fn: Callable[[aetcd.Client], Awaitable[T]]) -> T:
         """``fn(client)`` on the endpoints in turn until one answers."""
@@ -144,6 +144,12 @@ class Coordination:
                 return await asyncio.wait_for(fn(client), self.timeout_s)
             except (TimeoutError, aetcd.exceptions.ClientError, OSError) as e:
                 last = e
+                if "lease not found" in str(e):
+                    # etcd expired this broker's lease (it was paused, cut off, or etcd
+                    # lost its quorum for longer than the TTL): whatever was held under it
+                    # is held no longer; the broker registers again
+                    self.lease_lost.set()
+                    break
                 await self._drop()
         where = ",".join(f"{h}:{p}" for h, p in self.endpoints)
         raise CoordinationError(f"etcd at {where} did not answer {what}: {last}") from last
@@ -161,6 +167,10 @@ class Coordination:
     # ------------------------------------------------------------------ the lease
 
     async def _grant(self) -> None:
+        if self._keepalive is not None:  # the previous lease's: it must not flag this one
+            self._keepalive.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._keepalive
         self._lease = await self.call("a lease grant", lambda c: c.lease(self.ttl_s))
         self.lease_lost.clear()
         self._keepalive = asyncio.get_running_loop().create_task(self._keep_alive())
@@ -180,7 +190,7 @@ class Coordination:
             sent = loop.time()
             try:
                 resp = await self.call("a lease refresh", lambda c: c.refresh_lease(lease.id))
-            except CoordinationError as e:
+            except Exception as e:  # any failure to refresh counts towards the TTL
                 log.warning("etcd lease refresh failed: %s", e)
                 if loop.time() - last_ok >= self.ttl_s:
                     log.warning("etcd lease %x: no refresh for %.1f s: taken as lost",

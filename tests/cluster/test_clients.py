@@ -10,22 +10,21 @@ from typing import Any
 
 import pytest
 from confluent_kafka import Producer
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient
 from kio.schema.errors import ErrorCode
 
 from sparklog.harness import BrokerCluster, EtcdCluster
 from sparklog.kafka.client import KafkaClient
 from sparklog.kafka.wire import ApiKey
 
+from .helpers import cluster_with_topic
+
 TOPIC = "t"
 
 
 @pytest.fixture
 def cluster(etcd: EtcdCluster, tmp_path: Path) -> Iterator[BrokerCluster]:
-    with BrokerCluster(str(tmp_path / "shared"), etcd.endpoints, 3, lease_ttl_ms=2000) as c:
-        admin = AdminClient({"bootstrap.servers": c.bootstrap})
-        for f in admin.create_topics([NewTopic(TOPIC, 1, 1)]).values():
-            f.result(30)
+    with cluster_with_topic(etcd, tmp_path, TOPIC, 1) as c:
         yield c
 
 

@@ -80,6 +80,7 @@ def proxied(etcd: EtcdCluster, tmp_path: Path) -> Iterator[tuple[Brokers, dict[i
     try:
         yield brokers.start(), proxies
     finally:
+        (tmp_path / "brokers.log").write_text(brokers.log())
         brokers.stop()
         for p in proxies.values():
             p.close()
@@ -108,53 +109,56 @@ def test_a_broker_cut_off_from_etcd_stops_leading_and_its_partitions_move(
     checked(work, brokers, tmp_path)
 
 
-def test_an_etcd_minority_down_changes_nothing_for_clients(
-    etcd3: EtcdCluster, tmp_path: Path
-) -> None:
+@pytest.fixture
+def on_etcd3(etcd3: EtcdCluster, tmp_path: Path) -> Iterator[Brokers]:
+    """Three brokers, each given all three etcd members."""
     brokers = Brokers(str(tmp_path / "shared"), dict.fromkeys((1, 2, 3), etcd3.endpoints))
     try:
-        brokers.start()
-        work = Workload(brokers.bootstrap, TOPIC, rate=400).start()
-        time.sleep(2)
-        etcd3.stop_member(0)  # the member every client talks to first
-        time.sleep(2)
-        victim = brokers.leaders()[0]
-        brokers.brokers[victim].kill()  # and a failover still happens without it
-        t0 = time.monotonic()
-        brokers.leaders(avoid=victim, timeout=30)
-        while work.acked_since(t0, 0) is None:
-            assert time.monotonic() - t0 < 30, "partition 0 never took a write again"
-            time.sleep(0.1)
-        brokers.brokers[victim].start()
-        etcd3.start_member(0)
-        time.sleep(2)
-        checked(work, brokers, tmp_path)
+        yield brokers.start()
     finally:
+        (tmp_path / "brokers.log").write_text(brokers.log())
         brokers.stop()
+
+
+def test_an_etcd_minority_down_changes_nothing_for_clients(
+    etcd3: EtcdCluster, on_etcd3: Brokers, tmp_path: Path
+) -> None:
+    brokers = on_etcd3
+    work = Workload(brokers.bootstrap, TOPIC, rate=400).start()
+    time.sleep(2)
+    etcd3.stop_member(0)  # the member every client talks to first
+    time.sleep(2)
+    victim = brokers.leaders()[0]
+    brokers.brokers[victim].kill()  # and a failover still happens without it
+    t0 = time.monotonic()
+    brokers.leaders(avoid=victim, timeout=30)
+    while work.acked_since(t0, 0) is None:
+        assert time.monotonic() - t0 < 30, "partition 0 never took a write again"
+        time.sleep(0.1)
+    brokers.brokers[victim].start()
+    etcd3.start_member(0)
+    time.sleep(2)
+    checked(work, brokers, tmp_path)
 
 
 def test_with_the_etcd_quorum_lost_brokers_stop_acknowledging_and_resume_after(
-    etcd3: EtcdCluster, tmp_path: Path
+    etcd3: EtcdCluster, on_etcd3: Brokers, tmp_path: Path
 ) -> None:
-    brokers = Brokers(str(tmp_path / "shared"), dict.fromkeys((1, 2, 3), etcd3.endpoints))
-    try:
-        brokers.start()
-        work = Workload(brokers.bootstrap, TOPIC, rate=400).start()
-        time.sleep(2)
-        etcd3.stop_member(1)
-        etcd3.stop_member(2)
-        time.sleep(3)  # acks in flight when the quorum went finish (or fail)
-        t_lost = time.monotonic()
-        time.sleep(4)
-        acked = [p for p in range(PARTITIONS) if work.acked_since(t_lost, p) is not None]
-        assert acked == [], f"partitions {acked} acknowledged writes without an etcd quorum"
-        etcd3.start_member(1)
-        etcd3.start_member(2)
-        t_back = time.monotonic()
-        for p in range(PARTITIONS):
-            while work.acked_since(t_back, p) is None:
-                assert time.monotonic() - t_back < 45, f"partition {p} never took a write again"
-                time.sleep(0.1)
-        checked(work, brokers, tmp_path)
-    finally:
-        brokers.stop()
+    brokers = on_etcd3
+    work = Workload(brokers.bootstrap, TOPIC, rate=400).start()
+    time.sleep(2)
+    etcd3.stop_member(1)
+    etcd3.stop_member(2)
+    time.sleep(3)  # acks in flight when the quorum went finish (or fail)
+    t_lost = time.monotonic()
+    time.sleep(4)
+    acked = [p for p in range(PARTITIONS) if work.acked_since(t_lost, p) is not None]
+    assert acked == [], f"partitions {acked} acknowledged writes without an etcd quorum"
+    etcd3.start_member(1)
+    etcd3.start_member(2)
+    t_back = time.monotonic()
+    for p in range(PARTITIONS):
+        while work.acked_since(t_back, p) is None:
+            assert time.monotonic() - t_back < 45, f"partition {p} never took a write again"
+            time.sleep(0.1)
+    checked(work, brokers, tmp_path)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient
 from kio.schema.errors import ErrorCode
 
 from sparklog.cluster.checker import check
@@ -22,6 +22,8 @@ from sparklog.harness import BrokerCluster, EtcdCluster
 from sparklog.kafka.admin import list_offsets
 from sparklog.kafka.client import KafkaClient
 
+from .helpers import cluster_with_topic, leaders
+
 TOPIC = "events"
 PARTITIONS = 4
 TTL_MS = 2000
@@ -29,29 +31,14 @@ TTL_MS = 2000
 
 @pytest.fixture
 def cluster(etcd: EtcdCluster, tmp_path: Path) -> Iterator[BrokerCluster]:
-    with BrokerCluster(str(tmp_path / "shared"), etcd.endpoints, 3, lease_ttl_ms=TTL_MS) as c:
-        admin = AdminClient({"bootstrap.servers": c.bootstrap})
-        for f in admin.create_topics([NewTopic(TOPIC, PARTITIONS, 1)]).values():
-            f.result(30)
-        wait_for_leaders(c)
+    with cluster_with_topic(etcd, tmp_path, TOPIC, PARTITIONS, lease_ttl_ms=TTL_MS) as c:
         yield c
-
-
-def leaders(c: BrokerCluster) -> dict[int, int]:
-    md = AdminClient({"bootstrap.servers": c.bootstrap}).list_topics(TOPIC, timeout=10)
-    return {p.id: p.leader for p in md.topics[TOPIC].partitions.values()}
 
 
 def wait_for_leaders(
     c: BrokerCluster, timeout: float = 20, avoid: int | None = None
 ) -> dict[int, int]:
-    deadline = time.monotonic() + timeout
-    while True:
-        found = leaders(c)
-        if len(found) == PARTITIONS and all(n >= 0 and n != avoid for n in found.values()):
-            return found
-        assert time.monotonic() < deadline, found
-        time.sleep(0.2)
+    return leaders(c.bootstrap, TOPIC, PARTITIONS, avoid, timeout)
 
 
 def test_metadata_from_any_broker_lists_every_broker_and_every_leader(

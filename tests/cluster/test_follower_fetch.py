@@ -11,12 +11,14 @@ from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient
 from kio.schema.errors import ErrorCode
 
 from sparklog.harness import BrokerCluster, EtcdCluster
 from sparklog.kafka.client import KafkaClient
 from sparklog.kafka.wire import ApiKey
+
+from .helpers import cluster_with_topic
 
 TOPIC = "t"
 RACKS = {1: "ra", 2: "rb", 3: "rc"}
@@ -24,11 +26,7 @@ RACKS = {1: "ra", 2: "rb", 3: "rc"}
 
 @pytest.fixture
 def cluster(etcd: EtcdCluster, tmp_path: Path) -> Iterator[BrokerCluster]:
-    shared = str(tmp_path / "shared")
-    with BrokerCluster(shared, etcd.endpoints, 3, lease_ttl_ms=2000, racks=RACKS) as c:
-        admin = AdminClient({"bootstrap.servers": c.bootstrap})
-        for f in admin.create_topics([NewTopic(TOPIC, 1, 1)]).values():
-            f.result(30)
+    with cluster_with_topic(etcd, tmp_path, TOPIC, 1, racks=RACKS) as c:
         p = Producer({"bootstrap.servers": c.bootstrap, "enable.idempotence": True})
         for i in range(100):
             p.produce(TOPIC, b"%d" % i)

@@ -13,7 +13,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from confluent_kafka.admin import AdminClient, NewTopic
 
 from sparklog.cluster.checker import check
 from sparklog.cluster.workload import Workload
@@ -21,6 +20,7 @@ from sparklog.harness import BrokerCluster, EtcdCluster
 from sparklog.jars import kafka_classpath
 
 from ..jvm.tools import VERIFIABLE_CONSUMER, VERIFIABLE_PRODUCER, kafka_tool
+from .helpers import cluster_with_topic, leaders
 
 pytestmark = pytest.mark.jvm
 TOPIC = "verified"
@@ -29,22 +29,8 @@ PARTITIONS = 3
 
 @pytest.fixture
 def cluster(etcd: EtcdCluster, tmp_path: Path) -> Iterator[BrokerCluster]:
-    with BrokerCluster(str(tmp_path / "shared"), etcd.endpoints, 3, lease_ttl_ms=2000) as c:
-        admin = AdminClient({"bootstrap.servers": c.bootstrap})
-        for f in admin.create_topics([NewTopic(TOPIC, PARTITIONS, 1)]).values():
-            f.result(30)
+    with cluster_with_topic(etcd, tmp_path, TOPIC, PARTITIONS) as c:
         yield c
-
-
-def leaders(c: BrokerCluster, avoid: int | None = None) -> dict[int, int]:
-    deadline = time.monotonic() + 30
-    while True:
-        md = AdminClient({"bootstrap.servers": c.bootstrap}).list_topics(TOPIC, timeout=10)
-        found = {p.id: p.leader for p in md.topics[TOPIC].partitions.values()}
-        if len(found) == PARTITIONS and all(n > 0 and n != avoid for n in found.values()):
-            return found
-        assert time.monotonic() < deadline, found
-        time.sleep(0.2)
 
 
 def events(out: str) -> list[dict[str, object]]:
@@ -66,9 +52,9 @@ def test_java_verifiable_producer_and_consumer_lose_nothing_across_a_leader_kill
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True,
     )  # fmt: skip
     time.sleep(5)
-    victim = leaders(cluster)[0]
+    victim = leaders(cluster.bootstrap, TOPIC, PARTITIONS)[0]
     cluster.brokers[victim].kill()
-    leaders(cluster, avoid=victim)
+    leaders(cluster.bootstrap, TOPIC, PARTITIONS, avoid=victim)
     cluster.brokers[victim].start()
     out, err = producer.communicate(timeout=180)
     sent = [e for e in events(out) if e.get("name") == "producer_send_success"]

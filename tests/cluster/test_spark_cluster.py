@@ -12,12 +12,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient
 
 import sparklog.spark
 from sparklog.harness import BrokerCluster, EtcdCluster
 from sparklog.kafka import admin as kc
 from sparklog.kafka.client import KafkaClient
+
+from .helpers import cluster_with_topic
 
 pytestmark = pytest.mark.spark
 TOPIC = "sinked"
@@ -26,17 +28,7 @@ PARTITIONS = 3
 
 @pytest.fixture
 def cluster(etcd: EtcdCluster, tmp_path: Path) -> Iterator[BrokerCluster]:
-    with BrokerCluster(str(tmp_path / "shared"), etcd.endpoints, 3, lease_ttl_ms=2000) as c:
-        admin = AdminClient({"bootstrap.servers": c.bootstrap})
-        for f in admin.create_topics([NewTopic(TOPIC, PARTITIONS, 1)]).values():
-            f.result(30)
-        deadline = time.monotonic() + 30
-        while True:
-            md = admin.list_topics(TOPIC, timeout=10)
-            if all(p.leader > 0 for p in md.topics[TOPIC].partitions.values()):
-                break
-            assert time.monotonic() < deadline
-            time.sleep(0.2)
+    with cluster_with_topic(etcd, tmp_path, TOPIC, PARTITIONS) as c:
         yield c
 
 
