@@ -9,7 +9,7 @@ from kio.schema.errors import ErrorCode
 
 from sparklog.broker.context import RequestContext
 from sparklog.broker.errors import error_code
-from sparklog.errors import SparkLogError, UnknownTopicError
+from sparklog.errors import FrameError, SparkLogError, UnknownTopicError
 
 
 def _cluster_partition(ctx: RequestContext, name: str, p: int) -> dict[str, Any]:
@@ -79,10 +79,14 @@ def _topic_entry(ctx: RequestContext, name: str) -> dict[str, Any]:
 
 
 def _controller(ctx: RequestContext) -> int:
+    """The controller, as clients see it: they send it admin requests (CreateTopics,
+    DeleteTopics...), which every sparklog broker serves. While this broker's view knows of
+    none (starting, or between two controllers), it names itself, as a KRaft broker names
+    any live broker: a client told "no controller" waits for its next metadata refresh."""
     if ctx.cluster is None:
         return ctx.node_id
     ctl = ctx.cluster.view.controller
-    return ctl.node_id if ctl is not None else -1
+    return ctl.node_id if ctl is not None else ctx.node_id
 
 
 async def describe_cluster(ctx: RequestContext, header: Any, req: Any) -> dict[str, Any]:
@@ -103,6 +107,11 @@ async def describe_cluster(ctx: RequestContext, header: Any, req: Any) -> dict[s
 
 
 async def metadata(ctx: RequestContext, header: Any, req: Any) -> dict[str, Any]:
+    if ctx.cluster is not None and not ctx.cluster.view_fresh:
+        # cut off from etcd for longer than a lease: what this broker knows of leaders is
+        # stale, and a client asking it again and again would never learn the new ones.
+        # Closing the connection makes the client ask another broker.
+        raise FrameError(f"broker {ctx.node_id} cannot reach etcd: no current metadata")
     allow_auto = bool(getattr(req, "allow_auto_topic_creation", True))
     everything = req.topics is None
     # internal topics (__consumer_offsets) are listed only when asked for by name
