@@ -437,7 +437,14 @@ def _cluster_leaders(
 
     deadline = time.monotonic() + 60
     while True:
-        md = AdminClient({"bootstrap.servers": cluster.bootstrap}).list_topics(topic, timeout=10)
+        try:
+            md = AdminClient({"bootstrap.servers": cluster.bootstrap}).list_topics(
+                topic, timeout=10
+            )
+        except Exception:  # a broker that cannot reach etcd closes Metadata connections
+            _check(time.monotonic() < deadline, f"no metadata for {topic}")
+            time.sleep(0.2)
+            continue
         found = {p.id: p.leader for p in md.topics[topic].partitions.values()}
         if len(found) == partitions and all(n > 0 and n != avoid for n in found.values()):
             return found

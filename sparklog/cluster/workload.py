@@ -16,7 +16,14 @@ import time
 from collections import defaultdict
 from typing import Any
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Producer,
+    TopicPartition,
+)
 
 from sparklog.cluster.checker import History
 
@@ -114,6 +121,21 @@ class Workload:
             time.sleep(step / self.rate)
         producer.flush(getattr(self, "_flush_s", 90))
 
+    def _ends(self, consumer: Consumer, deadline: float) -> tuple[list[int], dict[int, int]]:
+        """The topic's partitions and their end offsets, asked again while a broker that
+        cannot reach etcd refuses Metadata (it closes the connection)."""
+        while True:
+            try:
+                meta = consumer.list_topics(self.topic, timeout=10)
+                parts = sorted(meta.topics[self.topic].partitions)
+                tps = [TopicPartition(self.topic, p) for p in parts]
+                ends = {tp.partition: consumer.get_watermark_offsets(tp, 10)[1] for tp in tps}
+                return parts, ends
+            except KafkaException:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.5)
+
     def read_all(self, timeout_s: float = 60) -> History:
         """Read every partition from its log start to its end into the history's reads."""
         consumer = Consumer(
@@ -122,10 +144,7 @@ class Workload:
              "enable.partition.eof": True, "topic.metadata.refresh.interval.ms": 1000}
         )  # fmt: skip
         try:
-            meta = consumer.list_topics(self.topic, timeout=30)
-            parts = sorted(meta.topics[self.topic].partitions)
-            ends = {p: consumer.get_watermark_offsets(TopicPartition(self.topic, p), 30)[1]
-                    for p in parts}  # fmt: skip
+            parts, ends = self._ends(consumer, time.monotonic() + timeout_s)
             consumer.assign([TopicPartition(self.topic, p, OFFSET_BEGINNING) for p in parts])
             todo = {p for p in parts if ends[p] > 0}
             deadline = time.monotonic() + timeout_s

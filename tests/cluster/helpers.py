@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 
@@ -21,7 +22,12 @@ def leaders(
     ``avoid`` (as the broker that answers Metadata sees it)."""
     deadline = time.monotonic() + timeout
     while True:
-        md = AdminClient({"bootstrap.servers": bootstrap}).list_topics(topic, timeout=10)
+        try:
+            md = AdminClient({"bootstrap.servers": bootstrap}).list_topics(topic, timeout=10)
+        except KafkaException:  # a broker that cannot reach etcd closes Metadata connections
+            assert time.monotonic() < deadline
+            time.sleep(0.2)
+            continue
         found = {p.id: p.leader for p in md.topics[topic].partitions.values()}
         if len(found) == partitions and all(n > 0 and n != avoid for n in found.values()):
             return found
