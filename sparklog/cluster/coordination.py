@@ -148,6 +148,8 @@ class Coordination:
                     # etcd expired this broker's lease (it was paused, cut off, or etcd
                     # lost its quorum for longer than the TTL): whatever was held under it
                     # is held no longer; the broker registers again
+                    if not self.lease_lost.is_set():
+                        log.warning("etcd no longer knows this broker's lease: taken as lost")
                     self.lease_lost.set()
                     break
                 await self._drop()
