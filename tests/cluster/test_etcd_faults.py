@@ -10,7 +10,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from sparklog.cluster.checker import check
@@ -18,6 +17,8 @@ from sparklog.cluster.workload import Workload
 from sparklog.harness import BrokerProcess, EtcdCluster, TcpProxy
 from sparklog.storage.fs.local import LocalFileSystem
 from sparklog.storage.reader import PartitionReader
+
+from .helpers import leaders
 
 TOPIC = "events"
 PARTITIONS = 4
@@ -50,20 +51,7 @@ class Brokers:
         return self
 
     def leaders(self, avoid: int | None = None, timeout: float = 30) -> dict[int, int]:
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                md = AdminClient({"bootstrap.servers": self.bootstrap}).list_topics(
-                    TOPIC, timeout=10
-                )
-            except KafkaException:  # a broker that cannot reach etcd closed the connection
-                time.sleep(0.2)
-                continue
-            found = {p.id: p.leader for p in md.topics[TOPIC].partitions.values()}
-            if len(found) == PARTITIONS and all(n > 0 and n != avoid for n in found.values()):
-                return found
-            assert time.monotonic() < deadline, found
-            time.sleep(0.2)
+        return leaders(self.bootstrap, TOPIC, PARTITIONS, avoid, timeout)
 
     def stop(self) -> None:
         for b in self.brokers.values():
