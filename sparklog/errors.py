@@ -135,10 +135,6 @@ class InvalidBatchError(BatchError):
     """A record batch's header contradicts its records (counts, offsets, no records)."""
 
 
-class UnsupportedBatchError(BatchError):
-    """A transactional or control record batch (transactions are not supported)."""
-
-
 class OutOfOrderSequenceError(SparkLogError):
     """A produce batch's sequence does not follow the producer's last one."""
 
@@ -156,6 +152,35 @@ class InvalidProducerEpochError(SparkLogError):
 
 
 # ---------------------------------------------------------------------------- consumer groups
+
+
+class TransactionError(SparkLogError):
+    """A transactional request the transaction coordinator refuses (one subclass per
+    reason)."""
+
+
+class ProducerFencedError(TransactionError):
+    """A newer producer with the same transactional id took over (a higher epoch)."""
+
+
+class InvalidTxnStateError(TransactionError):
+    """The request does not fit the transaction's state (e.g. EndTxn with none begun)."""
+
+
+class InvalidProducerIdMappingError(TransactionError):
+    """The producer id is not the one the transactional id holds."""
+
+
+class InvalidTransactionTimeoutError(TransactionError, ValueError):
+    """A transaction timeout above the broker's ``transaction_max_timeout_ms``."""
+
+
+class ConcurrentTransactionsError(TransactionError):
+    """The previous transaction of this id is still being completed; retry."""
+
+
+class TransactionalIdNotFoundError(TransactionError):
+    """No transaction state for this transactional id."""
 
 
 class GroupError(SparkLogError):

@@ -14,7 +14,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from sparklog.broker.context import RequestContext
-from sparklog.broker.handlers import admin, cluster, fetch, groups, offsets, produce
+from sparklog.broker.handlers import admin, cluster, fetch, groups, offsets, produce, txn
 from sparklog.kafka.wire import ApiKey
 
 Handler = Callable[[RequestContext, Any, Any], Awaitable[dict[str, Any] | None]]
@@ -65,7 +65,7 @@ APIS: dict[int, Api] = {
     ApiKey.CREATE_TOPICS: Api("CreateTopics", 2, 7, admin.create_topics),
     ApiKey.DELETE_TOPICS: Api("DeleteTopics", 1, 5, admin.delete_topics),
     ApiKey.DELETE_RECORDS: Api("DeleteRecords", 0, 2, offsets.delete_records),
-    ApiKey.INIT_PRODUCER_ID: Api("InitProducerId", 0, 4, admin.init_producer_id),
+    ApiKey.INIT_PRODUCER_ID: Api("InitProducerId", 0, 5, txn.init_producer_id),
     ApiKey.OFFSET_FOR_LEADER_EPOCH: Api(
         "OffsetForLeaderEpoch", 2, 4, offsets.offset_for_leader_epoch
     ),
@@ -77,4 +77,11 @@ APIS: dict[int, Api] = {
     ApiKey.CREATE_PARTITIONS: Api("CreatePartitions", 0, 3, admin.create_partitions),
     ApiKey.DELETE_GROUPS: Api("DeleteGroups", 0, 2, groups.delete_groups),
     ApiKey.DESCRIBE_CLUSTER: Api("DescribeCluster", 0, 1, cluster.describe_cluster),
+    ApiKey.ADD_PARTITIONS_TO_TXN: Api("AddPartitionsToTxn", 0, 3, txn.add_partitions_to_txn),
+    ApiKey.ADD_OFFSETS_TO_TXN: Api("AddOffsetsToTxn", 0, 4, txn.add_offsets_to_txn),
+    ApiKey.END_TXN: Api("EndTxn", 0, 4, txn.end_txn),
+    ApiKey.WRITE_TXN_MARKERS: Api("WriteTxnMarkers", 1, 1, txn.write_txn_markers),
+    ApiKey.TXN_OFFSET_COMMIT: Api("TxnOffsetCommit", 0, 4, txn.txn_offset_commit),
+    ApiKey.DESCRIBE_TRANSACTIONS: Api("DescribeTransactions", 0, 0, txn.describe_transactions),
+    ApiKey.LIST_TRANSACTIONS: Api("ListTransactions", 0, 1, txn.list_transactions),
 }

@@ -19,6 +19,8 @@ TOML layout::
     manifest_refresh_ms = 1000               # how often open partitions look for manifest
                                              # versions committed by retention/compaction jobs
     gc_interval_ms = 30000                   # how often unreferenced segment files are deleted
+    transaction_max_timeout_ms = 900000      # Kafka's transaction.max.timeout.ms
+    transaction_abort_check_ms = 1000        # how often expired transactions are aborted
     etcd = "127.0.0.1:2379"                  # cluster mode (docs/cluster.md); absent: embedded
     lease_ttl_ms = 3000                      # cluster mode: the broker's etcd lease
     cluster_name = "default"                 # cluster mode: the key prefix in etcd
@@ -59,6 +61,8 @@ class BrokerConfig:
     group_max_session_timeout_ms: int = 1_800_000
     manifest_refresh_ms: int = 1000
     gc_interval_ms: int = 30_000
+    transaction_max_timeout_ms: int = 900_000
+    transaction_abort_check_ms: int = 1000
     etcd: str | None = None
     lease_ttl_ms: int = 3000
     cluster_name: str = "default"

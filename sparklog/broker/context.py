@@ -1,6 +1,7 @@
 """What a request handler may use besides the request itself.
 
-``BrokerServices`` are the broker-wide parts (partitions, groups, committed offsets) and its
+``BrokerServices`` are the broker-wide parts (partitions, groups, committed offsets,
+transactions) and its
 identity; a ``Connection`` (``sparklog.broker.connection``) is the client the request came
 on: its peer address, the listener it reached (whose address the broker advertises back to
 it), the client software it named, and - once security exists - its principal. Every
@@ -18,6 +19,7 @@ if TYPE_CHECKING:
     from sparklog.broker.membership import ClusterMember
     from sparklog.broker.offsets import OffsetStore
     from sparklog.broker.partitions import PartitionManager
+    from sparklog.broker.transactions import TransactionCoordinator
 
 
 @dataclass(frozen=True)
@@ -29,6 +31,7 @@ class BrokerServices:
     manager: PartitionManager
     coordinator: GroupCoordinator
     offsets: OffsetStore
+    transactions: TransactionCoordinator
     cluster: ClusterMember | None = None  # cluster mode only
 
 
@@ -51,6 +54,10 @@ class RequestContext:
     @property
     def offsets(self) -> OffsetStore:
         return self.services.offsets
+
+    @property
+    def transactions(self) -> TransactionCoordinator:
+        return self.services.transactions
 
     @property
     def cluster(self) -> ClusterMember | None:

@@ -33,12 +33,18 @@ _BY_CLASS: tuple[tuple[type[BaseException], ErrorCode], ...] = (
     (e.UnsupportedMagicError, ErrorCode.unsupported_for_message_format),
     (e.BatchTooLargeError, ErrorCode.message_too_large),
     (e.InvalidBatchError, ErrorCode.invalid_record),
-    (e.UnsupportedBatchError, ErrorCode.invalid_record),
     # idempotent producers
     (e.OutOfOrderSequenceError, ErrorCode.out_of_order_sequence_number),
     (e.InvalidProducerEpochError, ErrorCode.invalid_producer_epoch),
     (e.DuplicateSequenceError, ErrorCode.duplicate_sequence_number),
     (e.UnknownProducerError, ErrorCode.unknown_producer_id),
+    # transactions
+    (e.ProducerFencedError, ErrorCode.producer_fenced),
+    (e.InvalidTxnStateError, ErrorCode.invalid_txn_state),
+    (e.InvalidProducerIdMappingError, ErrorCode.invalid_producer_id_mapping),
+    (e.InvalidTransactionTimeoutError, ErrorCode.invalid_transaction_timeout),
+    (e.ConcurrentTransactionsError, ErrorCode.concurrent_transactions),
+    (e.TransactionalIdNotFoundError, ErrorCode.transactional_id_not_found),
     # consumer groups
     (e.InvalidGroupIdError, ErrorCode.invalid_group_id),
     (e.InvalidSessionTimeoutError, ErrorCode.invalid_session_timeout),

@@ -381,6 +381,44 @@ class ClusterMember:
             self._pids = (nxt + 1, limit)
             return nxt
 
+    async def write_remote_marker(
+        self, topic: str, partition: int, producer_id: int, epoch: int, commit: bool,
+        coordinator_epoch: int, timeout_s: float = 30.0,
+    ) -> None:  # fmt: skip
+        """Send a transaction marker to the partition's leader (WriteTxnMarkers v1), again
+        until it is written: a transaction's outcome, once prepared, must reach every one
+        of its partitions, through leader changes (the marker is idempotent)."""
+        from sparklog.kafka import wire
+        from sparklog.kafka.client import KafkaClient
+
+        body = {"markers": [{
+            "producer_id": producer_id, "producer_epoch": epoch, "transaction_result": commit,
+            "topics": [{"name": topic, "partition_indexes": [partition]}],
+            "coordinator_epoch": coordinator_epoch,
+        }]}  # fmt: skip
+        deadline = time.monotonic() + timeout_s
+        loop = asyncio.get_running_loop()
+        why = "no leader"
+        while time.monotonic() < deadline:
+            node, _ = self.leader_of(topic, partition)
+            b = self.view.brokers.get(node)
+            if b is not None:
+
+                def send(host: str = b.host, port: int = b.port) -> int:
+                    with KafkaClient(f"{host}:{port}", timeout_s=10) as c:
+                        r = c.request(wire.ApiKey.WRITE_TXN_MARKERS, 1, body)
+                    return int(r.markers[0].topics[0].partitions[0].error_code)
+
+                try:
+                    code = await loop.run_in_executor(None, send)
+                    if code == 0:
+                        return
+                    why = f"error code {code} from broker {node}"
+                except (SparkLogError, OSError) as e:
+                    why = f"broker {node}: {e}"
+            await asyncio.sleep(0.2)
+        raise NotLeaderError(f"marker for {topic}-{partition} not written in {timeout_s} s: {why}")
+
     def _embedded_counter(self) -> int:
         fs, root = self.manager.storage.fs, self.manager.storage.root
         try:

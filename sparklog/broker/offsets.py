@@ -9,7 +9,13 @@ Like Kafka, the broker keeps commits in an internal compacted topic, ``__consume
             (a tombstone: the group's offset for that partition was deleted)
 
 A commit is answered only after its records are fsynced (the same group commit as
-produce), so committed offsets survive a broker restart and SIGKILL. On start the broker
+produce), so committed offsets survive a broker restart and SIGKILL.
+
+Transactional commits (``TxnOffsetCommit``) are the same records written as the
+transaction's (producer id and epoch, the transactional bit): they are held apart
+(``pending``) until the transaction coordinator writes its marker to the partition, and
+become the group's offsets on a commit marker, or vanish on an abort (``complete_txn``).
+Replaying the partition does the same from the stored records and markers. On start the broker
 replays the topic into memory; compaction (cleanup.policy=compact) keeps it small. The
 records are ordinary rows, so Spark can read them like any other topic.
 """
@@ -27,6 +33,8 @@ import pyarrow as pa
 
 from sparklog.broker.partitions import PartitionManager
 from sparklog.errors import TopicExistsError, UnknownTopicError
+from sparklog.storage.producers import ProducerBatch
+from sparklog.storage.records import CONTROL, CONTROL_COMMIT, TRANSACTIONAL, control_type
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +75,8 @@ class OffsetStore:
     def __init__(self, manager: PartitionManager) -> None:
         self.manager = manager
         self.offsets: dict[str, dict[tuple[str, int], Committed]] = {}
+        #: transactional commits not yet decided: (offsets partition, producer id) -> records
+        self.pending: dict[tuple[int, int], list[tuple[bytes, bytes | None]]] = {}
 
     def ensure_topic(self) -> int:
         """Create ``__consumer_offsets`` if missing; its partition count."""
@@ -96,11 +106,17 @@ class OffsetStore:
             return 0
         loaded = 0
         for batch in plog.batches(plog.log_start_offset):
-            for key, value in zip(
+            for key, value, pid, attrs in zip(
                 batch.column("key").to_pylist(), batch.column("value").to_pylist(),
+                batch.column("producer_id").to_pylist(), batch.column("attributes").to_pylist(),
                 strict=True,
             ):  # fmt: skip
-                self._apply(key, value)
+                if attrs & CONTROL:
+                    self.complete_txn(partition, pid, control_type(key) == CONTROL_COMMIT)
+                elif attrs & TRANSACTIONAL:
+                    self.pending.setdefault((partition, pid), []).append((key, value))
+                else:
+                    self._apply(key, value)
                 loaded += 1
         return loaded
 
@@ -109,6 +125,42 @@ class OffsetStore:
         broker leads it now, and coordinates them)."""
         for group in [g for g in self.offsets if offsets_partition(g) == partition]:
             del self.offsets[group]
+        for key in [k for k in self.pending if k[0] == partition]:
+            del self.pending[key]
+
+    def complete_txn(self, partition: int, producer_id: int, commit: bool) -> None:
+        """A marker reached the partition: the producer's pending commits apply or vanish."""
+        for key, value in self.pending.pop((partition, producer_id), []):
+            if commit:
+                self._apply(key, value)
+
+    def unstable(self, group: str) -> set[tuple[str, int]]:
+        """Partitions of ``group`` with a transactional commit still undecided (KIP-447:
+        OffsetFetch with ``require_stable`` answers UNSTABLE_OFFSET_COMMIT for them)."""
+        out: set[tuple[str, int]] = set()
+        for (partition, _pid), records in self.pending.items():
+            if partition != offsets_partition(group):
+                continue
+            for key, _ in records:
+                _kind, g, topic, p = json.loads(key)
+                if g == group:
+                    out.add((topic, int(p)))
+        return out
+
+    async def txn_commit(
+        self, group: str, producer_id: int, producer_epoch: int, entries: Iterable[CommitEntry]
+    ) -> None:
+        """TxnOffsetCommit: write the commits as the transaction's records (durably); they
+        apply when its commit marker arrives."""
+        records = self._records(group, entries)
+        if not records:
+            return
+        partition = offsets_partition(group)
+        handle = self.manager.partition(OFFSETS_TOPIC, partition)
+        producer = ProducerBatch(producer_id, producer_epoch, -1, len(records), transactional=True)
+        result = handle.log.append(self._batch(records), producer=producer, durable=False)
+        await self.manager.wait_durable(handle, result.last_offset + 1)
+        self.pending.setdefault((partition, producer_id), []).extend(records)
 
     def _apply(self, key: bytes | None, value: bytes | None) -> None:
         if key is None:
@@ -131,21 +183,25 @@ class OffsetStore:
             int(v.get("commit_ms", 0)),
         )  # fmt: skip
 
-    async def _write(self, group: str, records: Sequence[tuple[bytes, bytes | None]]) -> None:
-        handle = self.manager.partition(OFFSETS_TOPIC, offsets_partition(group))
-        batch = pa.RecordBatch.from_arrays(
+    @staticmethod
+    def _batch(records: Sequence[tuple[bytes, bytes | None]]) -> pa.RecordBatch:
+        return pa.RecordBatch.from_arrays(
             [pa.array([k for k, _ in records], pa.binary()),
              pa.array([v for _, v in records], pa.binary())],
             names=["key", "value"],
         )  # fmt: skip
-        result = handle.log.append(batch, durable=False)
+
+    async def _write(self, group: str, records: Sequence[tuple[bytes, bytes | None]]) -> None:
+        handle = self.manager.partition(OFFSETS_TOPIC, offsets_partition(group))
+        result = handle.log.append(self._batch(records), durable=False)
         await self.manager.wait_durable(handle, result.last_offset + 1)
         for k, v in records:
             self._apply(k, v)
 
-    async def commit(self, group: str, entries: Iterable[CommitEntry]) -> None:
+    @staticmethod
+    def _records(group: str, entries: Iterable[CommitEntry]) -> list[tuple[bytes, bytes | None]]:
         now = int(time.time() * 1000)
-        records = [
+        return [
             (
                 _key(group, e.topic, e.partition),
                 json.dumps(
@@ -159,6 +215,9 @@ class OffsetStore:
             )
             for e in entries
         ]
+
+    async def commit(self, group: str, entries: Iterable[CommitEntry]) -> None:
+        records = self._records(group, entries)
         if records:
             await self._write(group, records)
 

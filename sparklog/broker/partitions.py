@@ -268,7 +268,11 @@ class PartitionManager:
         producer = None
         if batch.producer_id >= 0:
             producer = ProducerBatch(
-                batch.producer_id, batch.producer_epoch, batch.base_sequence, batch.count
+                batch.producer_id,
+                batch.producer_epoch,
+                batch.base_sequence,
+                batch.count,
+                transactional=batch.transactional,
             )
         return handle.log.append(batch.records, producer=producer, durable=False)
 

@@ -46,6 +46,7 @@ from sparklog.broker.groups import GroupCoordinator
 from sparklog.broker.membership import ClusterMember
 from sparklog.broker.offsets import OFFSETS_TOPIC, OffsetStore
 from sparklog.broker.partitions import PartitionManager
+from sparklog.broker.transactions import TXN_TOPIC, TransactionCoordinator
 from sparklog.errors import CorruptMetadataError, FrameError
 from sparklog.kafka import wire
 from sparklog.storage import Storage
@@ -84,6 +85,23 @@ class Broker:
         self._maintenance: asyncio.Task[None] | None = None
         self._maintenance_step: asyncio.Future[None] | None = None
         self._maintenance_pool = ThreadPoolExecutor(1, thread_name_prefix="sparklog-maintain")
+        self.transactions: TransactionCoordinator | None = None
+
+    async def _next_producer_id(self) -> int:
+        if self.member is not None:
+            return await self.member.next_producer_id()
+        assert self.manager is not None
+        return self.manager.producer_ids.next_id()
+
+    async def _remote_marker(
+        self, topic: str, partition: int, producer_id: int, epoch: int, commit: bool,
+        coordinator_epoch: int,
+    ) -> None:  # fmt: skip
+        """Cluster mode: send one marker to the partition's leader (WriteTxnMarkers)."""
+        assert self.member is not None
+        await self.member.write_remote_marker(
+            topic, partition, producer_id, epoch, commit, coordinator_epoch
+        )
 
     async def start(self) -> None:
         clustered = self.config.clustered
@@ -103,11 +121,23 @@ class Broker:
                 max_session_timeout_ms=self.config.group_max_session_timeout_ms,
             )
             coordinator.start()
+            transactions = TransactionCoordinator(
+                self.manager, offsets,
+                next_producer_id=self._next_producer_id,
+                max_timeout_ms=self.config.transaction_max_timeout_ms,
+                abort_check_ms=self.config.transaction_abort_check_ms,
+                remote_marker=self._remote_marker if clustered else None,
+            )  # fmt: skip
+            self.transactions = transactions
             if clustered:
+                transactions.ensure_topic()
                 self.member = self._member(offsets)
+            else:
+                transactions.load()
+            transactions.start()
             self.services = BrokerServices(
                 self.config.node_id, self.cluster_id, self.manager, coordinator, offsets,
-                self.member,
+                transactions, self.member,
             )  # fmt: skip
             host, port = self.config.host_port
             self._server = await asyncio.start_server(self._accept, host, port, backlog=256)
@@ -139,10 +169,14 @@ class Broker:
         def gained(topic: str, partition: int) -> None:
             if topic == OFFSETS_TOPIC:
                 offsets.load_partition(partition)
+            elif topic == TXN_TOPIC and self.transactions is not None:
+                self.transactions.load_partition(partition)
 
         def lost(topic: str, partition: int) -> None:
             if topic == OFFSETS_TOPIC:
                 offsets.drop_partition(partition)
+            elif topic == TXN_TOPIC and self.transactions is not None:
+                self.transactions.drop_partition(partition)
 
         return ClusterMember(
             self.manager,
@@ -194,6 +228,7 @@ class Broker:
         await asyncio.gather(*self._connections, return_exceptions=True)
         if self.services is not None:
             await self.services.coordinator.stop()
+            await self.services.transactions.stop()
         if self._server is not None:
             with contextlib.suppress(Exception):
                 await self._server.wait_closed()

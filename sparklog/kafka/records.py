@@ -23,6 +23,7 @@ baseSequence i32 | recordsCount i32 | records. The CRC covers attributes onwards
 from __future__ import annotations
 
 import importlib
+import itertools
 import struct
 import zlib
 from collections.abc import Callable, Iterable, Sequence
@@ -33,13 +34,13 @@ from typing import Any
 import cramjam
 import crc32c
 import pyarrow as pa
+import pyarrow.compute as pc
 from aiokafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
 
 from sparklog.errors import (
     BatchTooLargeError,
     CorruptBatchError,
     InvalidBatchError,
-    UnsupportedBatchError,
     UnsupportedMagicError,
 )
 from sparklog.storage.records import HEADERS_TYPE, TIMESTAMP_TYPE, empty_headers
@@ -76,6 +77,7 @@ class DecodedBatch:
     max_timestamp: int
     timestamp_type: int
     wire_bytes: int
+    transactional: bool = False
 
 
 def split_batches(data: bytes | memoryview) -> list[memoryview]:
@@ -252,8 +254,12 @@ def decode_batch(raw: memoryview, *, max_decompressed: int) -> DecodedBatch:
     ) = _HEADER.unpack_from(raw, 0)
     if crc32c.crc32c(raw[_CRC_START:]) != crc:
         raise CorruptBatchError("record batch fails its CRC-32C")
-    if attributes & (TRANSACTIONAL_BIT | CONTROL_BIT):
-        raise UnsupportedBatchError("transactional and control batches are not supported")
+    if attributes & CONTROL_BIT:
+        # markers are written by transaction coordinators (WriteTxnMarkers), never produced
+        raise InvalidBatchError("a producer may not send control batches")
+    transactional = bool(attributes & TRANSACTIONAL_BIT)
+    if transactional and producer_id < 0:
+        raise InvalidBatchError("a transactional batch needs a producer id")
     if count <= 0 or last_delta != count - 1:
         raise InvalidBatchError(f"batch says {count} records and last delta {last_delta}")
     codec = attributes & CODEC_MASK
@@ -272,6 +278,7 @@ def decode_batch(raw: memoryview, *, max_decompressed: int) -> DecodedBatch:
         max_ts,
         ts_type,
         len(raw),
+        transactional,
     )
 
 
@@ -284,9 +291,11 @@ def build_batch(
     base_sequence: int = -1,
     codec: int = 0,
     log_append_time: bool = False,
+    attributes: int = 0,
 ) -> bytes:
     """One magic-2 record batch of ``records`` (see the module docstring), compressed with
-    ``codec``; ``log_append_time`` sets the timestamp-type bit (the CRC covers it)."""
+    ``codec``; ``log_append_time`` sets the timestamp-type bit and ``attributes`` the
+    transactional and control bits (the CRC covers them)."""
     builder = DefaultRecordBatchBuilder(
         magic=2,
         compression_type=codec,
@@ -302,9 +311,12 @@ def build_batch(
     data = builder.build()
     if base_offset:
         struct.pack_into(">q", data, 0, base_offset)
-    if log_append_time:
-        attributes = struct.unpack_from(">h", data, _CRC_START)[0] | TIMESTAMP_TYPE_BIT
-        struct.pack_into(">h", data, _CRC_START, attributes)
+    extra = (TIMESTAMP_TYPE_BIT if log_append_time else 0) | (
+        attributes & (TRANSACTIONAL_BIT | CONTROL_BIT)
+    )
+    if extra:
+        bits = struct.unpack_from(">h", data, _CRC_START)[0] | extra
+        struct.pack_into(">h", data, _CRC_START, bits)
         struct.pack_into(">I", data, 17, crc32c.crc32c(bytes(data[_CRC_START:])))
     return bytes(data)
 
@@ -316,6 +328,7 @@ def _encode_native(
     *,
     producer: tuple[int, int, int],
     log_append_time: bool,
+    flags: int = 0,
 ) -> bytes:
     """Rows [start, stop) of a stored batch with no headers as one uncompressed record
     batch, its records written by ``sparklog._columns.encode_records``: the bytes
@@ -336,7 +349,7 @@ def _encode_native(
     (base_offset,) = struct.unpack_from("<q", offsets, 8 * (off.offset + start))
     (last,) = struct.unpack_from("<q", offsets, 8 * (off.offset + stop - 1))
     pid, epoch, seq = producer
-    attributes = TIMESTAMP_TYPE_BIT if log_append_time else 0
+    attributes = (TIMESTAMP_TYPE_BIT if log_append_time else 0) | flags
     tail: bytes = _TAIL.pack(attributes, last - base_offset, base_ts, max_ts, pid, epoch, seq,
                              stop - start) + records  # fmt: skip
     head = _HEAD.pack(base_offset, len(tail) + 9, -1, 2, crc32c.crc32c(tail))
@@ -348,14 +361,36 @@ _HEAD = struct.Struct(">qiibI")
 _TAIL = struct.Struct(">hiqqqhii")
 
 
+def _runs(batch: pa.RecordBatch) -> list[pa.RecordBatch]:
+    """``batch`` cut where the producer id or the record attributes change: a Kafka record
+    batch has one producer and one set of transactional/control bits, which a
+    ``read_committed`` consumer reads them by. A sealed row group may hold several
+    producers' records; an active segment's batch is one produce batch (one run)."""
+    if "attributes" not in batch.schema.names:
+        return [batch]
+    pids, attrs = batch.column("producer_id"), batch.column("attributes")
+    pmin, pmax = pc.min_max(pids).values()
+    amin, amax = pc.min_max(attrs).values()
+    if pmin == pmax and amin == amax:
+        return [batch]
+    import numpy as np
+
+    p = pids.to_numpy(zero_copy_only=False)
+    a = attrs.to_numpy(zero_copy_only=False)
+    cuts = np.flatnonzero((p[1:] != p[:-1]) | (a[1:] != a[:-1])) + 1
+    bounds = [0, *cuts.tolist(), batch.num_rows]
+    return [batch.slice(lo, hi - lo) for lo, hi in itertools.pairwise(bounds)]
+
+
 def encode_batches(
     batches: Iterable[pa.RecordBatch], *, codec: int = 0, max_records: int = 4096
 ) -> bytes:
-    """Stored Arrow batches as Kafka record batches of at most ``max_records`` records:
-    uncompressed and headerless ones by ``sparklog._columns`` (no Python object per
-    record), the others record by record through aiokafka's builder."""
+    """Stored Arrow batches as Kafka record batches of at most ``max_records`` records,
+    one producer and one set of attribute bits each (``_runs``): uncompressed and
+    headerless ones by ``sparklog._columns`` (no Python object per record), the others
+    record by record through aiokafka's builder."""
     out = bytearray()
-    for batch in batches:
+    for batch in (run for b in batches for run in _runs(b)):
         n = batch.num_rows
         if not n:
             continue
@@ -365,12 +400,13 @@ def encode_batches(
         pid = batch.column("producer_id")[0].as_py()
         epoch = batch.column("producer_epoch")[0].as_py()
         seq0 = batch.column("sequence")[0].as_py()
+        flags = batch.column("attributes")[0].as_py() if "attributes" in batch.schema.names else 0
         if _columns is not None and not codec and not has_headers:
             for start in range(0, n, max_records):
                 seq = seq0 if start == 0 else -1
                 out += _encode_native(batch, start, min(n, start + max_records),
                                       producer=(pid, epoch, seq),
-                                      log_append_time=log_append_time)  # fmt: skip
+                                      log_append_time=log_append_time, flags=flags)  # fmt: skip
             continue
         offsets = batch.column("offset").to_pylist()
         ts = batch.column("timestamp").cast(pa.int64()).to_pylist()
@@ -396,5 +432,6 @@ def encode_batches(
                 base_sequence=seq0 if start == 0 else -1,
                 codec=codec,
                 log_append_time=log_append_time,
+                attributes=flags,
             )
     return bytes(out)

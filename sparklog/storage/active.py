@@ -2,12 +2,16 @@
 
 File format (little-endian)::
 
-    file header, 16 bytes:  magic b"SPLGACT1" | format u32 (=1) | reserved u32 (=0)
+    file header, 16 bytes:  magic b"SPLGACT1" | format u32 (=2) | reserved u32 (=0)
     frame, repeated:        frame header (32 bytes) | payload | zero padding to 8 bytes
     frame header:           magic b"SLFR" | crc32c u32 | payload_len u32 | record_count u32
                             | base_offset i64 | max_timestamp i64
     payload:                one Arrow IPC encapsulated RecordBatch message of RECORD_SCHEMA
                             (``RecordBatch.serialize()``), read zero-copy from a memory map
+
+Format 1 is format 2 without the ``attributes`` column (``records.SCHEMA_V1``): its frames
+read as records with attributes 0, and a log that opens a format-1 segment with frames in
+it rolls before its next append, so that no file mixes the two.
 
 ``crc32c`` is CRC-32C (Castagnoli) of every byte after itself: the rest of the frame header,
 the payload and its padding. Frames hold dense offsets ``base_offset ..
@@ -38,10 +42,10 @@ from sparklog.errors import CorruptSegmentError
 from sparklog.storage import names
 from sparklog.storage.fs import AppendFile, FileSystem
 from sparklog.storage.index import OffsetIndex, TimeIndex
-from sparklog.storage.records import RECORD_SCHEMA, max_timestamp
+from sparklog.storage.records import RECORD_SCHEMA, SCHEMA_V1, max_timestamp, with_attributes
 
 FILE_MAGIC = b"SPLGACT1"
-FILE_FORMAT = 1
+FILE_FORMAT = 2
 FILE_HEADER = FILE_MAGIC + struct.pack("<II", FILE_FORMAT, 0)
 FILE_HEADER_SIZE = len(FILE_HEADER)
 FRAME_MAGIC = b"SLFR"
@@ -90,10 +94,20 @@ def _crc_ok(view: memoryview, h: FrameHeader) -> bool:
     return bool(int(crc32c.crc32c(view[h.position + 8 : h.end])) == h.crc)
 
 
+def file_format(buf: pa.Buffer | memoryview) -> int:
+    """The format number of an active segment's file header."""
+    return int(struct.unpack_from("<I", buf, 8)[0])
+
+
 def decode_frame(buf: pa.Buffer, h: FrameHeader) -> pa.RecordBatch:
     start = h.position + FRAME_HEADER_SIZE
+    legacy = file_format(buf) == 1
     try:
-        batch = pa.ipc.read_record_batch(buf.slice(start, h.payload_len), RECORD_SCHEMA)
+        batch = pa.ipc.read_record_batch(
+            buf.slice(start, h.payload_len), SCHEMA_V1 if legacy else RECORD_SCHEMA
+        )
+        if legacy:
+            batch = with_attributes(batch)
     except pa.ArrowException as e:
         raise CorruptSegmentError(f"frame at byte {h.position} does not decode: {e}") from e
     if batch.num_rows != h.record_count:
@@ -218,6 +232,8 @@ class ActiveSegment:
         self._oidx_file: AppendFile = fs.open_append(self._oidx_path)
         self._tidx_file: AppendFile = fs.open_append(self._tidx_path)
         self._map: pa.Buffer | None = None
+        #: a format-1 file with frames: the log rolls it before appending (module docstring)
+        self.legacy = False
 
     @classmethod
     def create(
@@ -268,7 +284,10 @@ class ActiveSegment:
             seg = cls.create(fs, directory, base_offset, index_interval_bytes, epoch=epoch)
             return seg, size
         frames = scan(buf, base_offset)
+        legacy = file_format(buf) == 1
         del buf
+        if legacy and not frames:
+            return cls.create(fs, directory, base_offset, index_interval_bytes, epoch=epoch), size
         valid_end = frames[-1].end if frames else FILE_HEADER_SIZE
         if valid_end < size:
             f = fs.open_append(path)
@@ -277,6 +296,7 @@ class ActiveSegment:
             finally:
                 f.close()
         seg = cls(fs, directory, base_offset, frames, index_interval_bytes, name=name)
+        seg.legacy = legacy
         seg._rewrite_indexes()
         return seg, size - valid_end
 

@@ -53,9 +53,8 @@ from sparklog.errors import (
     LogClosedError,
     OffsetOutOfRangeError,
     RecordTooLargeError,
-    SegmentNotLiveError,
 )
-from sparklog.storage import checkpoints, crashpoints, gc, names, recovery, transforms
+from sparklog.storage import checkpoints, crashpoints, gc, names, recovery, transforms, txnindex
 from sparklog.storage.active import FILE_HEADER_SIZE, ActiveSegment
 from sparklog.storage.checkpoints import LogPosition
 from sparklog.storage.config import TopicConfig
@@ -64,26 +63,32 @@ from sparklog.storage.fs import FileSystem
 from sparklog.storage.manifest import Manifest, ManifestStore, SegmentInfo
 from sparklog.storage.producers import ProducerBatch, ProducerStates, write_snapshot
 from sparklog.storage.reader import DEFAULT_MAX_BYTES, LogView
-from sparklog.storage.records import AppendResult, normalize, payload_bytes
+from sparklog.storage.records import (
+    CONTROL,
+    TRANSACTIONAL,
+    AppendResult,
+    control_record,
+    normalize,
+    payload_bytes,
+)
 from sparklog.storage.sealed import (
     ROW_GROUP_ROWS,
     SealedSegment,
-    background_sealer,
-    seal_rolled,
 )
+from sparklog.storage.sealing import SealingMixin
 
 log = logging.getLogger(__name__)
 
 ORPHAN_GRACE_MS = 3600 * 1000
 _IPC_OVERHEAD = 1024
 #: the stored columns producer-state recovery reads
-_PRODUCER_COLUMNS = ["offset", "producer_id", "producer_epoch", "sequence"]
+_PRODUCER_COLUMNS = ["offset", "key", "producer_id", "producer_epoch", "sequence", "attributes"]
 
 
 RecoveryReport = recovery.RecoveryReport
 
 
-class PartitionLog:
+class PartitionLog(SealingMixin):
     """See the module docstring. Create with ``PartitionLog.open``."""
 
     def __init__(
@@ -126,6 +131,7 @@ class PartitionLog:
         self._seals: list[Future[list[str]]] = []
         self._roll_fsyncs = 0
         self._closed = False
+        self._txn_written = 0
         self.recovery = found.report
 
     # ------------------------------------------------------------------ open
@@ -174,6 +180,12 @@ class PartitionLog:
             high_watermark=plog.high_watermark,
             batches=lambda start: plog.batches(start, columns=_PRODUCER_COLUMNS),
         )
+        if (
+            plog._producers.open_txns
+            or plog._producers.aborted
+            or any(n.startswith("transactions.") for n in fs.listdir(path))
+        ):
+            plog._write_txn_index(force=True)
         if leader_epoch is None:
             plog.recovery.resealed = plog.seal_pending()
         elif plog.manifest.unsealed_rolled and auto_seal:
@@ -237,7 +249,12 @@ class PartitionLog:
         rolled = False
         with self._lock:
             self._check_open()
-            if producer is not None:
+            if producer is not None and producer.base_sequence < 0:
+                # transactional offset commits carry no sequence numbers: only the epoch
+                self._producers.check_marker(
+                    producer.producer_id, producer.producer_epoch, self.label
+                )
+            elif producer is not None:
                 dup = self._producers.check(
                     producer.producer_id,
                     producer.producer_epoch,
@@ -273,6 +290,7 @@ class PartitionLog:
                     producer.base_sequence,
                     producer.count,
                     base,
+                    transactional=producer.transactional,
                 )
             else:
                 self._producers.covered_offset = h.next_offset
@@ -284,10 +302,49 @@ class PartitionLog:
             self.wait_durable(h.next_offset)
         return result
 
+    def append_marker(
+        self,
+        producer_id: int,
+        producer_epoch: int,
+        *,
+        commit: bool,
+        coordinator_epoch: int,
+        durable: bool = True,
+    ) -> AppendResult:
+        """Append a transaction marker (``records.control_record``): the producer's open
+        transaction here ends. One below the producer's epoch is refused."""
+        now = self._now_ms()
+        with self._lock:
+            self._check_open()
+            self._producers.check_marker(producer_id, producer_epoch, self.label)
+            if self._should_roll(1024, now):
+                self._roll_locked(now)
+            base = self._active.next_offset
+            producer = ProducerBatch(producer_id, producer_epoch, -1, 1, transactional=True)
+            batch = normalize(
+                control_record(commit, coordinator_epoch),
+                base_offset=base,
+                now_ms=now,
+                log_append_time=self.config.log_append_time,
+                producer=producer,
+            )
+            batch = batch.set_column(
+                batch.schema.get_field_index("attributes"),
+                batch.schema.field("attributes"),
+                pa.array([CONTROL | TRANSACTIONAL], pa.int8()),
+            )
+            h = self._active.append(batch)
+            self._producers.marker(producer_id, producer_epoch, commit, base)
+        if durable:
+            self.wait_durable(h.next_offset)
+        return AppendResult(base, base)
+
     def _should_roll(self, incoming: int, now_ms: int) -> bool:
         seg = self._active
         if seg.frame_count == 0:
             return False
+        if seg.legacy:
+            return True
         if seg.size + incoming > self.config.segment_bytes:
             return True
         created = self._manifest.active.created_ms
@@ -327,8 +384,19 @@ class PartitionLog:
         if self._fence is not None:
             self._fence()  # raises once another broker leads: nothing becomes visible
         upto = LogPosition(seg.base_offset, size, next_offset)
+        self._write_txn_index()
         self._write_hwm(upto)
         return upto
+
+    def _write_txn_index(self, force: bool = False) -> None:
+        """Replace the readers' transaction index (``txnindex``) if it changed."""
+        version, first, aborted = self._producers.txn_state()
+        if version == self._txn_written and not force:
+            return
+        txnindex.write_txn_index(
+            self.fs, self.path, self._active.name, txnindex.TxnIndex(first, aborted)
+        )
+        self._txn_written = version
 
     def _write_hwm(self, pos: LogPosition) -> None:
         checkpoints.write_position(
@@ -386,76 +454,6 @@ class PartitionLog:
             # everything below new_base is durable: a replay after a crash starts here
             write_snapshot(self.fs, self.path, self._producers)
 
-    def _seal_in_background(self) -> None:
-        def run() -> list[str]:
-            try:
-                return self.seal_pending()
-            except Exception:
-                # the segment stays rolled and readable as .arrow; the next roll or open
-                # seals it again
-                log.exception("%s: sealing failed", self.label)
-                raise
-
-        with self._lock:
-            self._seals = [f for f in self._seals if not f.done()]
-            self._seals.append(background_sealer().submit(run))
-
-    def wait_sealed(self) -> None:
-        """Wait for background seals started so far (exceptions are re-raised)."""
-        with self._lock:
-            pending = list(self._seals)
-        for f in pending:
-            f.result()
-
-    def seal_pending(self) -> list[str]:
-        """Seal every rolled segment into Parquet (steps in the module docstring); returns
-        the names of the new files."""
-        sealed = []
-        with self._seal_lock:
-            for info in self.refresh().unsealed_rolled:
-                name = self._seal(info)
-                if name is not None:
-                    sealed.append(name)
-        return sealed
-
-    def _still_to_seal(self, info: SegmentInfo) -> bool:
-        latest = self.refresh()
-        assert info.next_offset is not None
-        return latest.find(info.name) is not None and info.next_offset > latest.log_start_offset
-
-    def _seal(self, info: SegmentInfo) -> str | None:
-        crashpoints.hit("seal.before_write")
-        if not self._still_to_seal(info):
-            log.debug("%s: %s was dropped by retention before its seal", self.label, info.name)
-            return None
-        try:
-            sealed = seal_rolled(
-                self.fs,
-                self.path,
-                info,
-                row_group_rows=self._row_group_rows,
-                epoch=self._segment_epoch,
-            )
-        except FileNotFoundError:
-            if self._still_to_seal(info):
-                raise
-            return None  # dropped, and its file collected, while it was being read
-        crashpoints.hit("seal.after_write")
-        try:
-            with self._lock:
-                self._manifest = self._commit_fenced(transforms.Seal(info.name, sealed))
-        except SegmentNotLiveError:
-            crashpoints.hit("seal.refused")
-            for n in (sealed.name, names.offset_index_name(sealed.name),
-                      names.time_index_name(sealed.name)):  # fmt: skip
-                self.fs.delete(self.fs.join(self.path, n))
-            self.refresh()
-            log.info("%s: %s was dropped by retention while it was being sealed; its "
-                     "Parquet file is deleted", self.label, info.name)  # fmt: skip
-            return None
-        crashpoints.hit("seal.after_commit")
-        return sealed.name
-
     # ------------------------------------------------------------------ manifest changes
 
     def _commit_fenced(self, transform: transforms.Transform) -> Manifest:
@@ -504,6 +502,7 @@ class PartitionLog:
 
     def view(self) -> LogView:
         with self._lock:
+            _, first, aborted = self._producers.txn_state()
             return LogView(
                 self.fs,
                 self.path,
@@ -512,6 +511,7 @@ class PartitionLog:
                 active=self._active,
                 sealed_cache=self._sealed_cache,
                 label=self.label,
+                txn=txnindex.TxnIndex(first, aborted),
             )
 
     def read(

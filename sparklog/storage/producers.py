@@ -16,11 +16,25 @@ batches ``(first sequence, last sequence, first offset, last offset)``. For a ne
   0 for a new producer or a new epoch): else OUT_OF_ORDER_SEQUENCE_NUMBER, or
   UNKNOWN_PRODUCER_ID when the partition has no state for the producer at all.
 
+Transactions (Kafka's ``ProducerStateManager`` and transaction index, in one place): a
+transactional batch (``ProducerBatch.transactional``) opens its producer's transaction in
+this partition at its first offset, unless one is open; a marker (``marker``: a control
+record, ``sparklog.storage.records``) closes it. A marker's epoch may be above the
+producer's (the coordinator fenced it), never below. An aborted transaction is kept as
+``AbortedTxn(producer id, first offset, last offset = the marker's)``: Fetch returns those
+that overlap what it reads, so a ``read_committed`` consumer drops their records. The last
+stable offset (``last_stable_offset``) is the first offset of the oldest open transaction,
+or the high watermark when none is open. Retention forgets aborted transactions wholly
+below the log start (``trim``).
+
 Snapshot (``<partition>/producer-state.json``, ``names.PRODUCER_STATE_FILE``, replaced
 atomically)::
 
-    {"format": 1, "offset": N,
-     "producers": {"<pid>": {"epoch": e, "batches": [[fs, ls, fo, lo], ...]}}}
+    {"format": 2, "offset": N,
+     "producers": {"<pid>": {"epoch": e, "batches": [[fs, ls, fo, lo], ...]}},
+     "open": {"<pid>": first_offset}, "aborted": [[pid, first_offset, last_offset], ...]}
+
+(format 1 had no ``open`` or ``aborted``: a format-1 snapshot loads with no transactions.)
 
 ``offset`` is the log end the snapshot covers (everything below it is durable). The
 partition log (``sparklog.storage.log``) writes one when its active segment rolls and when
@@ -35,8 +49,10 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 from collections import deque
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -66,12 +82,22 @@ class ProducerBatch:
     producer_epoch: int
     base_sequence: int
     count: int
+    transactional: bool = False
 
 
 @dataclass(frozen=True)
 class BatchMeta:
     first_seq: int
     last_seq: int
+    first_offset: int
+    last_offset: int
+
+
+class AbortedTxn(NamedTuple):
+    """An aborted transaction of one partition: its producer and the offsets from its first
+    record to its abort marker."""
+
+    producer_id: int
     first_offset: int
     last_offset: int
 
@@ -89,6 +115,64 @@ class ProducerStates:
     def __init__(self) -> None:
         self.producers: dict[int, ProducerEntry] = {}
         self.covered_offset = 0
+        #: producer id -> first offset of its open transaction here
+        self.open_txns: dict[int, int] = {}
+        #: aborted transactions, in the order of their markers (so by last offset)
+        self.aborted: list[AbortedTxn] = []
+        #: bumped on every change of the two above (the log rewrites the readers' index)
+        self.txn_version = 0
+        self._txn_lock = threading.Lock()  # the syncing thread reads them (txn_state)
+
+    def txn_state(self) -> tuple[int, int | None, tuple[AbortedTxn, ...]]:
+        """(version, first offset of the oldest open transaction, aborted transactions),
+        read consistently from any thread."""
+        with self._txn_lock:
+            first = min(self.open_txns.values(), default=None)
+            return self.txn_version, first, tuple(self.aborted)
+
+    # ------------------------------------------------------------------ transactions
+
+    def check_marker(self, producer_id: int, epoch: int, label: str) -> None:
+        """Refuse a marker whose epoch is below the producer's (a fenced coordinator's)."""
+        entry = self.producers.get(producer_id)
+        if entry is not None and epoch < entry.epoch:
+            raise InvalidProducerEpochError(
+                f"{label}: marker for producer {producer_id} at epoch {epoch} is fenced by "
+                f"epoch {entry.epoch}"
+            )
+
+    def marker(self, producer_id: int, epoch: int, commit: bool, offset: int) -> None:
+        """Record the marker at ``offset``: the producer's open transaction ends."""
+        entry = self.producers.get(producer_id)
+        if entry is None or epoch > entry.epoch:
+            # a marker at a new epoch fences the producer's older batches, as Kafka's does
+            self.producers[producer_id] = ProducerEntry(epoch)
+        with self._txn_lock:
+            first = self.open_txns.pop(producer_id, None)
+            if not commit and first is not None:
+                self.aborted.append(AbortedTxn(producer_id, first, offset))
+            self.txn_version += 1
+        self.covered_offset = max(self.covered_offset, offset + 1)
+
+    def _open(self, producer_id: int, offset: int) -> None:
+        with self._txn_lock:
+            self.open_txns.setdefault(producer_id, offset)
+            self.txn_version += 1
+
+    def last_stable_offset(self, high_watermark: int) -> int:
+        """The first offset of the oldest open transaction, or ``high_watermark``."""
+        return min(min(self.open_txns.values(), default=high_watermark), high_watermark)
+
+    def aborted_between(self, start: int, end: int) -> list[AbortedTxn]:
+        """Aborted transactions with records in ``[start, end)``."""
+        return [a for a in self.aborted if a.last_offset >= start and a.first_offset < end]
+
+    def trim(self, log_start_offset: int) -> None:
+        """Forget aborted transactions wholly below ``log_start_offset``."""
+        if self.aborted and self.aborted[0].last_offset < log_start_offset:
+            with self._txn_lock:
+                self.aborted = [a for a in self.aborted if a.last_offset >= log_start_offset]
+                self.txn_version += 1
 
     def check(
         self, producer_id: int, epoch: int, first_seq: int, count: int, label: str
@@ -139,8 +223,19 @@ class ProducerStates:
         return None
 
     def update(
-        self, producer_id: int, epoch: int, first_seq: int, count: int, first_offset: int
+        self,
+        producer_id: int,
+        epoch: int,
+        first_seq: int,
+        count: int,
+        first_offset: int,
+        transactional: bool = False,
     ) -> None:
+        if transactional and producer_id not in self.open_txns:
+            self._open(producer_id, first_offset)
+        if first_seq < 0:  # no sequence numbers (a transactional offset commit)
+            self.covered_offset = max(self.covered_offset, first_offset + count)
+            return
         entry = self.producers.get(producer_id)
         if entry is None or epoch > entry.epoch:
             entry = ProducerEntry(epoch)
@@ -154,8 +249,12 @@ class ProducerStates:
 
     def replay(self, batches: list[pa.RecordBatch]) -> None:
         """Rebuild state from stored records (offset order): runs of consecutive sequences
-        of one producer and epoch become batches."""
+        of one producer and epoch become batches; transactional records open transactions
+        and control records close them."""
         for batch in batches:
+            if "attributes" in batch.schema.names and pc.max(batch.column("attributes")).as_py():
+                self._replay_transactional(batch)
+                continue
             pids = batch.column("producer_id")
             mask = pc.greater_equal(pids, 0)
             sub = batch.filter(mask)
@@ -190,6 +289,44 @@ class ProducerStates:
             last = batch.column("offset")[batch.num_rows - 1].as_py()
             self.covered_offset = max(self.covered_offset, last + 1)
 
+    def _replay_transactional(self, batch: pa.RecordBatch) -> None:
+        """``replay`` of a batch with transactional or control records, record by record
+        (transactions are rare next to plain batches)."""
+        from sparklog.storage.records import CONTROL, CONTROL_COMMIT, TRANSACTIONAL, control_type
+
+        keys = batch.column("key").to_pylist() if "key" in batch.schema.names else None
+        rows = zip(
+            batch.column("offset").to_pylist(),
+            batch.column("producer_id").to_pylist(),
+            batch.column("producer_epoch").to_pylist(),
+            batch.column("sequence").to_pylist(),
+            batch.column("attributes").to_pylist(),
+            strict=True,
+        )
+        for i, (off, pid, epoch, seq, attrs) in enumerate(rows):
+            self.covered_offset = max(self.covered_offset, off + 1)
+            if pid < 0:
+                continue
+            if attrs & CONTROL:
+                commit = keys is not None and control_type(keys[i]) == CONTROL_COMMIT
+                self.marker(pid, epoch, commit, off)
+                continue
+            if seq < 0:
+                if attrs & TRANSACTIONAL and pid not in self.open_txns:
+                    self._open(pid, off)
+                continue
+            entry = self.producers.get(pid)
+            if entry is not None and epoch < entry.epoch:
+                continue
+            if entry is not None and entry.batches and entry.epoch == epoch:
+                last = entry.batches[-1]
+                if seq == (last.last_seq + 1) % SEQ_MOD and off == last.last_offset + 1:
+                    entry.batches[-1] = BatchMeta(last.first_seq, seq, last.first_offset, off)
+                    if attrs & TRANSACTIONAL and pid not in self.open_txns:
+                        self._open(pid, off)
+                    continue
+            self.update(pid, epoch, seq, 1, off, transactional=bool(attrs & TRANSACTIONAL))
+
     def _add_run(self, run: list[int]) -> None:
         pid, epoch, first_seq, last_seq, first_off, last_off = run
         entry = self.producers.get(pid)
@@ -203,7 +340,9 @@ class ProducerStates:
     def to_json(self) -> bytes:
         return json.dumps(
             {
-                "format": 1,
+                "format": 2,
+                "open": {str(pid): first for pid, first in self.open_txns.items()},
+                "aborted": [list(a) for a in self.aborted],
                 "offset": self.covered_offset,
                 "producers": {
                     str(pid): {
@@ -229,6 +368,10 @@ class ProducerStates:
                 for fs_, ls, fo, lo in e["batches"]:
                     entry.batches.append(BatchMeta(int(fs_), int(ls), int(fo), int(lo)))
                 states.producers[int(pid)] = entry
+            states.open_txns = {int(p): int(f) for p, f in d.get("open", {}).items()}
+            states.aborted = [
+                AbortedTxn(int(p), int(f), int(la)) for p, f, la in d.get("aborted", [])
+            ]
         except (ValueError, KeyError, TypeError) as e:
             raise CorruptMetadataError(f"{where}: unreadable producer snapshot: {e}") from e
         return states

@@ -24,6 +24,7 @@ from sparklog.storage.fs import FileSystem
 from sparklog.storage.index import OffsetIndex, TimeIndex
 from sparklog.storage.manifest import Manifest, ManifestStore, SegmentInfo
 from sparklog.storage.sealed import SealedSegment
+from sparklog.storage.txnindex import NO_TRANSACTIONS, TxnIndex, read_txn_index
 
 DEFAULT_MAX_BYTES = 1024 * 1024
 
@@ -42,11 +43,14 @@ class LogView:
         sealed_cache: dict[str, SealedSegment] | None = None,
         label: str = "",
         verify_checksums: bool = True,
+        txn: TxnIndex = NO_TRANSACTIONS,
     ) -> None:
         self.fs = fs
         self.path = partition_path
         self.manifest = manifest
         self.hwm = hwm
+        #: the partition's transactions as of ``hwm`` (``sparklog.storage.txnindex``)
+        self.txn = txn
         self._active = active
         self._sealed = sealed_cache if sealed_cache is not None else {}
         self.label = label or partition_path
@@ -59,6 +63,12 @@ class LogView:
     @property
     def high_watermark(self) -> int:
         return self.hwm.offset
+
+    @property
+    def last_stable_offset(self) -> int:
+        """Where ``read_committed`` reads stop: the oldest open transaction's first offset,
+        or the high watermark."""
+        return self.txn.last_stable_offset(self.hwm.offset)
 
     def _sealed_segment(self, name: str) -> SealedSegment:
         seg = self._sealed.get(name)
@@ -148,11 +158,13 @@ class LogView:
         *,
         max_bytes: int = DEFAULT_MAX_BYTES,
         end_offset: int | None = None,
+        at_least_one: bool = True,
     ) -> list[pa.RecordBatch]:
         """Records from ``start_offset`` up to about ``max_bytes`` (Arrow bytes).
 
         As Kafka's fetch, at least one record is returned when any is visible, even if it
-        alone exceeds ``max_bytes``. Offset equal to the high watermark gives []; outside
+        alone exceeds ``max_bytes`` - unless ``at_least_one`` is false (a fetch's later
+        partitions). Offset equal to the high watermark gives []; outside
         ``[log start, high watermark]`` raises OffsetOutOfRangeError.
         """
         out: list[pa.RecordBatch] = []
@@ -161,7 +173,7 @@ class LogView:
             size = batch.nbytes
             if total + size > max_bytes:
                 rows = int((max_bytes - total) * batch.num_rows / max(size, 1))
-                if not out:
+                if not out and at_least_one:
                     rows = max(rows, 1)
                 if rows > 0:
                     out.append(batch.slice(0, rows))
@@ -255,6 +267,10 @@ class PartitionReader:
                 continue  # a newer manifest was committed between the two reads
             live = manifest.names()
             self._sealed = {k: v for k, v in self._sealed.items() if k in live}
+            try:  # after the high watermark: see sparklog.storage.txnindex
+                txn = read_txn_index(self.fs, self.path, manifest.active.name)
+            except CorruptMetadataError:
+                continue  # replaced atomically, so only a writer mid-write: read again
             return LogView(
                 self.fs,
                 self.path,
@@ -263,6 +279,7 @@ class PartitionReader:
                 sealed_cache=self._sealed,
                 label=f"{self.topic}-{self.partition}",
                 verify_checksums=self.verify_checksums,
+                txn=txn,
             )
         raise CorruptSegmentError(
             f"{self.topic}-{self.partition}: high watermark points past the latest manifest"

@@ -11,11 +11,22 @@ Row schema (Arrow), identical in active (Arrow IPC) and sealed (Parquet) segment
     producer_id     int64 not null        -1 when not idempotent
     producer_epoch  int16 not null        -1 when not idempotent
     sequence        int32 not null        the record's sequence number, -1 when none
+    attributes      int8 not null         Kafka's batch attribute bits that describe a
+                                          record: 0x10 transactional, 0x20 control
 
-``append`` takes a batch with any subset of the columns other than ``offset`` and the
-producer columns (missing ones get defaults); the log adds the offsets, and stamps the
-producer columns from the batch's idempotence identity (``ProducerBatch``) when it has one:
-the producer state is rebuilt from exactly these columns (``sparklog.storage.producers``).
+``append`` takes a batch with any subset of the columns other than ``offset``, the
+producer columns and ``attributes`` (missing ones get defaults); the log adds the offsets,
+and stamps the producer columns (and the transactional bit) from the batch's idempotence
+identity (``ProducerBatch``) when it has one: the producer state, with its transactions, is
+rebuilt from exactly these columns (``sparklog.storage.producers``).
+
+A **control record** (``control_record``) is a transaction marker, as in Kafka: attributes
+0x30, the producer's id and epoch, sequence -1, key ``version i16 (=0) | type i16`` (0
+abort, 1 commit) and value ``version i16 (=0) | coordinator epoch i32``, big-endian. Control
+records hold offsets like any record but are never shown to a consumer.
+
+Segments written before ``attributes`` existed (active format 1, and Parquet files without
+the column) are read as if every record had attributes 0 (``with_attributes``).
 """
 
 from __future__ import annotations
@@ -49,11 +60,22 @@ RECORD_SCHEMA = pa.schema(
         pa.field("producer_id", pa.int64(), nullable=False),
         pa.field("producer_epoch", pa.int16(), nullable=False),
         pa.field("sequence", pa.int32(), nullable=False),
+        pa.field("attributes", pa.int8(), nullable=False),
     ]
 )
+#: the schema of segments written before ``attributes`` (active segment format 1)
+SCHEMA_V1 = pa.schema(list(RECORD_SCHEMA)[:-1])
+TRANSACTIONAL = 0x10
+CONTROL = 0x20
+CONTROL_ABORT = 0
+CONTROL_COMMIT = 1
+_CONTROL_KEY = struct.Struct(">hh")
+_CONTROL_VALUE = struct.Struct(">hi")
 PRODUCER_COLUMNS = ("producer_id", "producer_epoch", "sequence")
 INPUT_COLUMNS = tuple(
-    f.name for f in RECORD_SCHEMA if f.name != "offset" and f.name not in PRODUCER_COLUMNS
+    f.name
+    for f in RECORD_SCHEMA
+    if f.name not in ("offset", "attributes") and f.name not in PRODUCER_COLUMNS
 )
 
 _DEFAULTS: dict[str, int] = {
@@ -61,6 +83,7 @@ _DEFAULTS: dict[str, int] = {
     "producer_id": -1,
     "producer_epoch": -1,
     "sequence": -1,
+    "attributes": 0,
 }
 
 Header = tuple[str, bytes | None]
@@ -162,8 +185,14 @@ def normalize(
         if name == "timestamp_type" and log_append_time:
             arrays.append(_constant(LOG_APPEND_TIME, pa.int8(), n))
             continue
+        if name == "attributes":
+            bits = TRANSACTIONAL if producer is not None and producer.transactional else 0
+            arrays.append(_constant(bits, pa.int8(), n))
+            continue
         if producer is not None and name in PRODUCER_COLUMNS:
-            if name == "sequence":
+            if name == "sequence" and producer.base_sequence < 0:
+                arrays.append(_constant(-1, pa.int32(), n))
+            elif name == "sequence":
                 arrays.append(sequences_array(producer.base_sequence, n))
             else:
                 value = producer.producer_id if name == "producer_id" else producer.producer_epoch
@@ -190,6 +219,35 @@ def normalize(
         else:
             arrays.append(_constant(_DEFAULTS[name], field.type, n))
     return pa.RecordBatch.from_arrays(arrays, schema=RECORD_SCHEMA)
+
+
+def with_attributes(batch: pa.RecordBatch) -> pa.RecordBatch:
+    """``batch`` with an ``attributes`` column of zeros if it has none (a segment written
+    before the column existed); unchanged otherwise."""
+    if "attributes" in batch.schema.names:
+        return batch
+    return batch.append_column(
+        pa.field("attributes", pa.int8(), nullable=False),
+        _constant(0, pa.int8(), batch.num_rows),
+    )
+
+
+def control_record(commit: bool, coordinator_epoch: int) -> pa.RecordBatch:
+    """The input batch of one transaction marker (see the module docstring); the log adds
+    the producer columns and the control bits (``PartitionLog.append_marker``)."""
+    key = _CONTROL_KEY.pack(0, CONTROL_COMMIT if commit else CONTROL_ABORT)
+    value = _CONTROL_VALUE.pack(0, coordinator_epoch)
+    return pa.RecordBatch.from_pydict(
+        {"key": pa.array([key], pa.binary()), "value": pa.array([value], pa.binary())}
+    )
+
+
+def control_type(key: bytes | None) -> int:
+    """A control record's type (``CONTROL_ABORT``, ``CONTROL_COMMIT``) from its key; -1
+    for a key that is not a control key."""
+    if key is None or len(key) < _CONTROL_KEY.size:
+        return -1
+    return int(_CONTROL_KEY.unpack_from(key)[1])
 
 
 def _data_bytes(col: pa.Array) -> int:

@@ -40,7 +40,7 @@ from sparklog.storage.active import decode_frame, scan
 from sparklog.storage.fs import FileSystem
 from sparklog.storage.index import OffsetIndex, TimeIndex
 from sparklog.storage.manifest import SegmentInfo
-from sparklog.storage.records import RECORD_SCHEMA
+from sparklog.storage.records import RECORD_SCHEMA, with_attributes
 
 ROW_GROUP_ROWS = 128 * 1024
 _NO_TIMESTAMP = -(2**63)
@@ -302,11 +302,19 @@ class SealedSegment:
             first, rg = oidx.keys[j], oidx.values[j]
             if end_offset is not None and first >= end_offset:
                 return
+            legacy = "attributes" not in self.metadata.schema.names
+            wanted = columns
+            if legacy and columns is not None and "attributes" in columns:
+                wanted = [c for c in columns if c != "attributes"]
             try:
-                table = self._file.read_row_group(rg, columns=columns)
+                table = self._file.read_row_group(rg, columns=wanted)
             except (pa.ArrowException, OSError) as e:
                 raise CorruptSegmentError(f"{self.path}: row group {rg} unreadable: {e}") from e
             for batch in table.to_batches():
+                if legacy and (columns is None or "attributes" in columns):
+                    batch = with_attributes(batch)
+                    if columns is not None:
+                        batch = batch.select(columns)
                 yield from _clip(batch, start_offset, end_offset)
 
     def close(self) -> None:

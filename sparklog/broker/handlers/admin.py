@@ -1,5 +1,5 @@
 """CreateTopics, DeleteTopics, CreatePartitions, DescribeConfigs, AlterConfigs,
-IncrementalAlterConfigs, InitProducerId.
+IncrementalAlterConfigs.
 
 Config changes apply to topics (Kafka's names and ranges, ``sparklog.storage.config``):
 AlterConfigs replaces a topic's configs with the ones given (the rest return to their
@@ -313,33 +313,3 @@ async def incremental_alter_configs(ctx: RequestContext, header: Any, req: Any) 
         return sets, deletes, False
 
     return _alter_each(ctx, req, change)
-
-
-async def init_producer_id(ctx: RequestContext, header: Any, req: Any) -> dict[str, Any]:
-    if req.transactional_id is not None:
-        return {
-            "throttle_time": 0,
-            "error_code": ErrorCode.invalid_request,
-            "producer_id": -1,
-            "producer_epoch": -1,
-        }
-    pid = int(getattr(req, "producer_id", -1))
-    epoch = int(getattr(req, "producer_epoch", -1))
-    if pid >= 0 and 0 <= epoch < 32767:
-        # KIP-360: an idempotent producer that hit an error asks for a bumped epoch
-        return {
-            "throttle_time": 0,
-            "error_code": ErrorCode.none,
-            "producer_id": pid,
-            "producer_epoch": epoch + 1,
-        }
-    return {
-        "throttle_time": 0,
-        "error_code": ErrorCode.none,
-        "producer_id": (
-            await ctx.cluster.next_producer_id()
-            if ctx.cluster is not None
-            else ctx.manager.producer_ids.next_id()
-        ),
-        "producer_epoch": 0,
-    }

@@ -10,9 +10,17 @@ client's rack as its preferred read replica, and returns no records. Followers p
 for new records while a fetch waits (``FOLLOWER_POLL_S``).
 
 Fetch sessions (KIP-227) are not kept: every response says session 0, which tells clients
-to send full fetch requests. ``max_bytes`` and ``partition_max_bytes`` limit the Arrow bytes
-read, which track the encoded size closely; as Kafka does, the first partition with data
-always returns at least one record batch.
+to send full fetch requests. ``max_bytes`` and ``partition_max_bytes`` limit the bytes
+returned; as Kafka does, only the first partition with data may go past them, by its
+first record batch, so that a record larger than the limits is still delivered. Records
+are read up to the Arrow bytes left, and a later partition's encoded batches that still
+do not fit are read again smaller, or not returned.
+
+Transactions: every response carries the last stable offset (``last_stable_offset``). A
+``read_committed`` fetch (``isolation_level`` 1) reads up to it, not to the high
+watermark, and lists the aborted transactions (producer id, first offset) that overlap
+what it returns; the client drops their records and every control batch. A follower reads
+both from the storage's transaction index (``sparklog.storage.txnindex``).
 """
 
 from __future__ import annotations
@@ -48,7 +56,13 @@ def _preferred_replica(ctx: RequestContext, topic: str, partition: int, rack: st
 
 
 def _read_partition(
-    ctx: RequestContext, topic: str, p: Any, budget: int, first: bool, rack: str = ""
+    ctx: RequestContext,
+    topic: str,
+    p: Any,
+    budget: int,
+    first: bool,
+    rack: str = "",
+    committed: bool = False,
 ) -> tuple[dict[str, Any], PartitionHandle | object | None, int]:
     base = {
         "partition_index": p.partition,
@@ -79,30 +93,45 @@ def _read_partition(
             view, waiter = handle.log.view(), handle
     except (SparkLogError, ValueError) as e:
         return {**base, "error_code": error_code(e)}, None, 0
-    hw, start = view.high_watermark, view.log_start_offset
+    hw, start, lso = view.high_watermark, view.log_start_offset, view.last_stable_offset
     entry = {
         **base,
         "error_code": ErrorCode.none,
         "high_watermark": hw,
-        "last_stable_offset": hw,
+        "last_stable_offset": lso,
         "log_start_offset": start,
     }
+    if committed:
+        entry["aborted_transactions"] = []
     offset = int(p.fetch_offset)
     if waiter is FOLLOWER and offset > hw >= start:
         return {**entry, "error_code": ErrorCode.offset_not_available}, waiter, 0
     if offset < start or offset > hw:
         return {**entry, "error_code": ErrorCode.offset_out_of_range}, waiter, 0
+    end = lso if committed else hw
     limit = min(int(p.partition_max_bytes), budget)
-    if offset == hw or (limit <= 0 and not first):
+    if offset >= end or (limit <= 0 and not first):
         return {**entry, "records": b""}, waiter, 0
+    codec = CODECS.get(meta.config.compression_type, 0)
     try:
-        batches = view.read(offset, max_bytes=max(limit, 1))
+        batches = view.read(offset, max_bytes=max(limit, 1), end_offset=end, at_least_one=first)
+        data = encode_batches(batches, codec=codec)
+        if not first and len(data) > limit:  # encoded bigger than the Arrow bytes: shrink
+            batches = view.read(offset, max_bytes=limit * limit // len(data),
+                                end_offset=end, at_least_one=False)  # fmt: skip
+            data = encode_batches(batches, codec=codec)
+            if len(data) > limit:
+                batches, data = [], b""
     except OffsetOutOfRangeError:
         return {**entry, "error_code": ErrorCode.offset_out_of_range}, waiter, 0
     except SparkLogError as e:
         return {**entry, "error_code": error_code(e)}, waiter, 0
-    codec = CODECS.get(meta.config.compression_type, 0)
-    data = encode_batches(batches, codec=codec)
+    if committed and batches:
+        last = batches[-1].column("offset")[batches[-1].num_rows - 1].as_py()
+        entry["aborted_transactions"] = [
+            {"producer_id": a.producer_id, "first_offset": a.first_offset}
+            for a in view.txn.aborted_between(offset, last + 1)
+        ]
     return {**entry, "records": data}, waiter, len(data)
 
 
@@ -116,10 +145,13 @@ async def fetch(ctx: RequestContext, header: Any, req: Any) -> dict[str, Any]:
         follows = False
         responses = []
         rack = getattr(req, "rack_id", "") or ""
+        committed = int(getattr(req, "isolation_level", 0)) == 1
         for t in req.topics:
             parts = []
             for p in t.partitions:
-                entry, waiter, size = _read_partition(ctx, t.topic, p, budget, total == 0, rack)
+                entry, waiter, size = _read_partition(
+                    ctx, t.topic, p, budget, total == 0, rack, committed
+                )
                 parts.append(entry)
                 total += size
                 budget -= size

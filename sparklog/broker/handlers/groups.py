@@ -24,14 +24,23 @@ def _ms(value: Any, default: int) -> int:
     return int(value)
 
 
-def _coordinator(ctx: RequestContext, key: str) -> dict[str, Any]:
+def _coordinator(ctx: RequestContext, key: str, key_type: int = 0) -> dict[str, Any]:
     """This broker (embedded), or the leader of the group's ``__consumer_offsets``
-    partition (cluster mode; COORDINATOR_NOT_AVAILABLE while it has none)."""
+    partition - of the transactional id's ``__transaction_state`` partition for key type 1
+    (cluster mode; COORDINATOR_NOT_AVAILABLE while it has none)."""
     me = {"node_id": ctx.node_id, "host": ctx.host, "port": ctx.port}
     cluster = ctx.cluster
+    if key_type not in (0, 1):
+        return {"node_id": -1, "host": "", "port": -1, "error_code": ErrorCode.invalid_request,
+                "error_message": f"coordinator key type {key_type} is not served"}  # fmt: skip
     if cluster is None:
         return {**me, "error_code": ErrorCode.none, "error_message": None}
-    node = cluster.coordinator_of(key)
+    if key_type == 1:
+        from sparklog.broker.transactions import TXN_TOPIC, txn_partition
+
+        node = cluster.leader_of(TXN_TOPIC, txn_partition(key))[0]
+    else:
+        node = cluster.coordinator_of(key)
     if node == ctx.node_id:
         return {**me, "error_code": ErrorCode.none, "error_message": None}
     b = cluster.view.brokers.get(node)
@@ -45,7 +54,8 @@ def _coordinator(ctx: RequestContext, key: str) -> dict[str, Any]:
 
 async def find_coordinator(ctx: RequestContext, header: Any, req: Any) -> dict[str, Any]:
     keys = list(getattr(req, "coordinator_keys", ()) or [getattr(req, "key", "")])
-    found = [{"key": k, **_coordinator(ctx, k)} for k in keys]
+    key_type = int(getattr(req, "key_type", 0))
+    found = [{"key": k, **_coordinator(ctx, k, key_type)} for k in keys]
     first = {k: v for k, v in found[0].items() if k != "key"}
     return {"throttle_time": 0, **first, "coordinators": found}
 

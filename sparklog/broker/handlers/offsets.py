@@ -10,7 +10,7 @@ from kio.schema.errors import ErrorCode
 
 from sparklog.broker.context import RequestContext
 from sparklog.broker.errors import error_code
-from sparklog.errors import SparkLogError
+from sparklog.errors import OffsetOutOfRangeError, SparkLogError
 from sparklog.storage.reader import LogView
 
 LATEST = -1
@@ -37,6 +37,9 @@ def _timestamp_at(view: LogView, offset: int) -> int:
 
 
 async def list_offsets(ctx: RequestContext, header: Any, req: Any) -> dict[str, Any]:
+    """ListOffsets; "latest" is the last stable offset for ``read_committed`` (isolation
+    level 1), as in Kafka, else the high watermark."""
+    committed = int(getattr(req, "isolation_level", 0)) == 1
     topics = []
     for t in req.topics:
         parts = []
@@ -56,7 +59,7 @@ async def list_offsets(ctx: RequestContext, header: Any, req: Any) -> dict[str, 
                 entry["leader_epoch"] = handle.leader_epoch
                 target = int(p.timestamp)
                 if target == LATEST:
-                    entry["offset"] = view.high_watermark
+                    entry["offset"] = view.last_stable_offset if committed else view.high_watermark
                 elif target == EARLIEST:
                     entry["offset"] = view.log_start_offset
                 elif target == MAX_TIMESTAMP:
@@ -119,8 +122,8 @@ async def delete_records(ctx: RequestContext, header: Any, req: Any) -> dict[str
                 offset = int(p.offset)
                 if offset == -1:
                     offset = handle.log.high_watermark
-                if offset < 0:
-                    raise ValueError(f"offset {offset} is negative")
+                if offset < 0:  # Kafka's answer, not INVALID_REQUEST
+                    raise OffsetOutOfRangeError(f"offset {offset} is below -1")
                 entry["low_watermark"] = handle.log.delete_records(offset)
             except (SparkLogError, ValueError) as e:
                 entry["error_code"] = error_code(e)

@@ -60,8 +60,20 @@ def _partition_error(index: int, code: ErrorCode, message: str | None) -> dict[s
     }
 
 
+class RecordErrors(InvalidRecordsError):
+    """A batch refused because of some of its records (KIP-467): which, and why."""
+
+    def __init__(self, message: str, errors: list[tuple[int, str]]) -> None:
+        super().__init__(message)
+        self.record_errors = errors
+
+
 def _append_one(
-    ctx: RequestContext, topic: str, index: int, records: bytes | None
+    ctx: RequestContext,
+    topic: str,
+    index: int,
+    records: bytes | None,
+    transactional_id: str | None = None,
 ) -> tuple[dict[str, Any], PartitionHandle | None, int]:
     """Append one partition's data; returns (response entry, handle, next offset to await)."""
     manager = ctx.manager
@@ -79,9 +91,20 @@ def _append_one(
             f"{meta.config.max_message_bytes}"
         )
     batch = decode_batch(raw, max_decompressed=manager.config.max_decompressed_batch_bytes)
-    if meta.config.compact and batch.records.column("key").null_count:
-        raise InvalidRecordsError(
-            f"{topic}-{index}: compacted topic cannot accept a record without a key"
+    keys = batch.records.column("key")
+    if meta.config.compact and keys.null_count:
+        nulls = [i for i, valid in enumerate(keys.is_valid().to_pylist()) if not valid]
+        why = "Compacted topic cannot accept message without key in topic partition"
+        raise RecordErrors(
+            f"{topic}-{index}: compacted topic cannot accept a record without a key "
+            f"(records {nulls[:10]}{'...' if len(nulls) > 10 else ''} of the batch)",
+            [(i, f"{why} {topic}-{index}.") for i in nulls],
+        )
+    if batch.transactional:
+        if transactional_id is None:
+            raise InvalidBatchError("a transactional batch needs the request's transactional id")
+        ctx.transactions.verify(
+            transactional_id, batch.producer_id, batch.producer_epoch, (topic, index)
         )
     outcome = manager.append(handle, batch)
     entry: dict[str, Any] = {
@@ -145,24 +168,23 @@ async def produce(ctx: RequestContext, header: Any, req: Any) -> dict[str, Any] 
                     _partition_error(pdata.index, ErrorCode.invalid_required_acks, None)
                 )
                 continue
-            if req.transactional_id is not None:
-                parts_out.append(
-                    _partition_error(
-                        pdata.index,
-                        ErrorCode.invalid_request,
-                        "transactional producers are not supported",
-                    )
-                )
-                continue
             try:
-                entry, handle, upto = _append_one(ctx, topic_data.name, pdata.index, pdata.records)
+                entry, handle, upto = _append_one(
+                    ctx, topic_data.name, pdata.index, pdata.records, req.transactional_id
+                )
             except (SparkLogError, ValueError) as e:
                 if not isinstance(e, SparkLogError):
                     log.debug("produce to %s-%s refused: %s", topic_data.name, pdata.index, e)
                 elif isinstance(e, _SEQUENCE_ERRORS):
                     log.info("produce to %s-%s refused: %s", topic_data.name, pdata.index, e)
                     e = await _confirmed(ctx, topic_data.name, pdata.index, e)
-                parts_out.append(_partition_error(pdata.index, error_code(e), str(e)))
+                out = _partition_error(pdata.index, error_code(e), str(e))
+                if isinstance(e, RecordErrors):
+                    out["record_errors"] = [
+                        {"batch_index": i, "batch_index_error_message": m}
+                        for i, m in e.record_errors
+                    ]
+                parts_out.append(out)
                 continue
             parts_out.append(entry)
             if handle is not None:

@@ -1,0 +1,213 @@
+"""InitProducerId, AddPartitionsToTxn, AddOffsetsToTxn, EndTxn, TxnOffsetCommit,
+WriteTxnMarkers, DescribeTransactions, ListTransactions: the transaction protocol over
+``sparklog.broker.transactions`` (the coordinator) and ``sparklog.broker.offsets``.
+
+AddPartitionsToTxn is served up to v3, the client versions (v4+ batch the brokers'
+verification of KIP-890, which sparklog does inside the broker). A partition that does not
+exist gets UNKNOWN_TOPIC_OR_PARTITION and the others of the request
+OPERATION_NOT_ATTEMPTED, as in Kafka: nothing is added.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from sparklog.broker.context import RequestContext
+from sparklog.broker.errors import error_code
+from sparklog.broker.offsets import OFFSETS_TOPIC, CommitEntry, offsets_partition
+from sparklog.broker.transactions import STATES, describe_entry, write_local_marker
+from sparklog.errors import NotCoordinatorError, SparkLogError
+
+
+def _ms(value: Any) -> int:
+    if hasattr(value, "total_seconds"):
+        return int(value.total_seconds() * 1000)
+    return int(value)
+
+
+def _check_coordinator(ctx: RequestContext, tid: str) -> None:
+    if not ctx.transactions.coordinates(tid):
+        raise NotCoordinatorError(
+            f"broker {ctx.node_id} does not coordinate transactional id {tid!r}"
+        )
+
+
+async def init_producer_id(ctx: RequestContext, header: Any, req: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {"throttle_time": 0, "error_code": ErrorCode.none,
+                           "producer_id": -1, "producer_epoch": -1}  # fmt: skip
+    pid = int(getattr(req, "producer_id", -1))
+    epoch = int(getattr(req, "producer_epoch", -1))
+    tid = req.transactional_id
+    if tid is not None:
+        try:
+            _check_coordinator(ctx, tid)
+            out["producer_id"], out["producer_epoch"] = await ctx.transactions.init_producer_id(
+                tid, _ms(req.transaction_timeout), pid, epoch
+            )
+        except (SparkLogError, ValueError) as e:
+            out["error_code"] = error_code(e)
+        return out
+    if pid >= 0 and 0 <= epoch < 32767:
+        # KIP-360: an idempotent producer that hit an error asks for a bumped epoch
+        out.update(producer_id=pid, producer_epoch=epoch + 1)
+        return out
+    out["producer_id"] = (
+        await ctx.cluster.next_producer_id()
+        if ctx.cluster is not None
+        else ctx.manager.producer_ids.next_id()
+    )
+    out["producer_epoch"] = 0
+    return out
+
+
+async def add_partitions_to_txn(ctx: RequestContext, header: Any, req: Any) -> dict[str, Any]:
+    tid = req.v3_and_below_transactional_id
+    wanted = [(t.name, int(p)) for t in req.v3_and_below_topics for p in t.partitions]
+    codes: dict[tuple[str, int], ErrorCode] = {}
+    try:
+        _check_coordinator(ctx, tid)
+        missing = ctx.transactions.check_partitions(wanted)
+        if missing:
+            codes = {
+                tp: error_code(missing[tp]) if tp in missing else ErrorCode.operation_not_attempted
+                for tp in wanted
+            }
+        else:
+            await ctx.transactions.add_partitions(
+                tid, int(req.v3_and_below_producer_id), int(req.v3_and_below_producer_epoch), wanted
+            )
+    except (SparkLogError, ValueError) as e:
+        codes = dict.fromkeys(wanted, error_code(e))
+    topics: dict[str, list[dict[str, Any]]] = {}
+    for t, p in wanted:
+        code = codes.get((t, p), ErrorCode.none)
+        topics.setdefault(t, []).append({"partition_index": p, "partition_error_code": code})
+    return {
+        "throttle_time": 0,
+        "results_by_topic_v3_and_below": [
+            {"name": t, "results_by_partition": rs} for t, rs in topics.items()
+        ],
+    }
+
+
+async def add_offsets_to_txn(ctx: RequestContext, header: Any, req: Any) -> dict[str, Any]:
+    try:
+        _check_coordinator(ctx, req.transactional_id)
+        await ctx.transactions.add_partitions(
+            req.transactional_id, int(req.producer_id), int(req.producer_epoch),
+            [(OFFSETS_TOPIC, offsets_partition(req.group_id))],
+        )  # fmt: skip
+        code = ErrorCode.none
+    except (SparkLogError, ValueError) as e:
+        code = error_code(e)
+    return {"throttle_time": 0, "error_code": code}
+
+
+async def end_txn(ctx: RequestContext, header: Any, req: Any) -> dict[str, Any]:
+    try:
+        _check_coordinator(ctx, req.transactional_id)
+        await ctx.transactions.end_txn(
+            req.transactional_id, int(req.producer_id), int(req.producer_epoch),
+            bool(req.committed),
+        )  # fmt: skip
+        code = ErrorCode.none
+    except (SparkLogError, ValueError) as e:
+        code = error_code(e)
+    return {"throttle_time": 0, "error_code": code}
+
+
+async def txn_offset_commit(ctx: RequestContext, header: Any, req: Any) -> dict[str, Any]:
+    entries = [
+        CommitEntry(
+            t.name,
+            int(p.partition_index),
+            int(p.committed_offset),
+            int(getattr(p, "committed_leader_epoch", -1)),
+            p.committed_metadata,
+        )
+        for t in req.topics
+        for p in t.partitions
+    ]
+    try:
+        ctx.check_coordinator(req.group_id)
+        await ctx.offsets.txn_commit(
+            req.group_id, int(req.producer_id), int(req.producer_epoch), entries
+        )
+        code = ErrorCode.none
+    except (SparkLogError, ValueError) as e:
+        code = error_code(e)
+    topics: dict[str, list[dict[str, Any]]] = {}
+    for e_ in entries:
+        topics.setdefault(e_.topic, []).append({"partition_index": e_.partition,
+                                                 "error_code": code})  # fmt: skip
+    return {
+        "throttle_time": 0,
+        "topics": [{"name": t, "partitions": ps} for t, ps in topics.items()],
+    }
+
+
+async def write_txn_markers(ctx: RequestContext, header: Any, req: Any) -> dict[str, Any]:
+    """Markers a transaction coordinator sends to this broker for the partitions it leads."""
+    markers = []
+    for m in req.markers:
+        topics = []
+        for t in m.topics:
+            parts = []
+            for p in t.partition_indexes:
+                try:
+                    ctx.manager.led(t.name, int(p))
+                    await write_local_marker(
+                        ctx.manager, ctx.offsets, t.name, int(p), int(m.producer_id),
+                        int(m.producer_epoch), bool(m.transaction_result),
+                        int(m.coordinator_epoch),
+                    )  # fmt: skip
+                    code = ErrorCode.none
+                except (SparkLogError, ValueError) as e:
+                    code = error_code(e)
+                parts.append({"partition_index": int(p), "error_code": code})
+            topics.append({"name": t.name, "partitions": parts})
+        markers.append({"producer_id": int(m.producer_id), "topics": topics})
+    return {"markers": markers}
+
+
+async def describe_transactions(ctx: RequestContext, header: Any, req: Any) -> dict[str, Any]:
+    out = []
+    for tid in req.transactional_ids:
+        try:
+            _check_coordinator(ctx, tid)
+            out.append({"error_code": ErrorCode.none,
+                        **describe_entry(ctx.transactions.describe(tid))})  # fmt: skip
+        except SparkLogError as e:
+            out.append({"error_code": error_code(e), "transactional_id": tid,
+                        "transaction_state": "", "transaction_timeout": 0,
+                        "transaction_start_time": -1, "producer_id": -1, "producer_epoch": -1,
+                        "topics": []})  # fmt: skip
+    return {"throttle_time": 0, "transaction_states": out}
+
+
+async def list_transactions(ctx: RequestContext, header: Any, req: Any) -> dict[str, Any]:
+    states = list(getattr(req, "state_filters", ()) or ())
+    pids = {int(p) for p in getattr(req, "producer_id_filters", ()) or ()}
+    min_duration = int(getattr(req, "duration_filter", -1))
+    now = int(time.time() * 1000)
+    rows = []
+    for tid, meta in sorted(ctx.transactions.txns.items()):
+        if not ctx.transactions.coordinates(tid):
+            continue
+        if states and meta.state not in states:
+            continue
+        if pids and meta.producer_id not in pids:
+            continue
+        if min_duration >= 0 and (meta.start_ms < 0 or now - meta.start_ms < min_duration):
+            continue
+        rows.append({"transactional_id": tid, "producer_id": meta.producer_id,
+                     "transaction_state": meta.state})  # fmt: skip
+    return {
+        "throttle_time": 0,
+        "error_code": ErrorCode.none,
+        "unknown_state_filters": [s for s in states if s not in STATES],
+        "transaction_states": rows,
+    }

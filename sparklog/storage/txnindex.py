@@ -1,0 +1,100 @@
+"""A partition's transactions as readers see them: the last stable offset and the aborted
+transactions (Kafka's LSO and transaction index), for readers in any process.
+
+The writer (``PartitionLog``) keeps this in memory (``sparklog.storage.producers``) and,
+after a group-commit fsync in which it changed, replaces the checkpoint
+``transactions.checkpoint`` (``transactions.e<epoch>.checkpoint`` for an epoch-named active
+segment, as the high watermark) *before* it moves the high watermark::
+
+    {"format": 1, "open_first": N | null,
+     "aborted": [[producer_id, first_offset, last_offset], ...]}
+
+``open_first`` is the first offset of the oldest open transaction (null: none is open).
+A reader reads the high watermark first and this file second, so the file it gets is at
+least as new as the watermark: every transaction with records below
+``lso = min(open_first, high watermark)`` is decided, and the aborted ones are listed. A
+partition that never saw a transaction has no file: its LSO is the high watermark.
+The file is derived data (the writer rebuilds it from the log when it opens), replaced
+atomically, never fsynced.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+from sparklog.errors import CorruptMetadataError
+from sparklog.storage import names
+from sparklog.storage.fs import FileSystem
+from sparklog.storage.producers import AbortedTxn
+
+TXN_FILE = "transactions.checkpoint"
+_TXN_EPOCH = "transactions.e{:011d}.checkpoint"
+
+
+def txn_file(active_segment: str) -> str:
+    parsed = names.parse_segment_name(active_segment)
+    if parsed is None or parsed.epoch is None:
+        return TXN_FILE
+    return _TXN_EPOCH.format(parsed.epoch)
+
+
+@dataclass(frozen=True)
+class TxnIndex:
+    """The last stable offset's input and the aborted transactions of one partition."""
+
+    open_first: int | None = None
+    aborted: tuple[AbortedTxn, ...] = ()
+
+    def last_stable_offset(self, high_watermark: int) -> int:
+        if self.open_first is None:
+            return high_watermark
+        return min(self.open_first, high_watermark)
+
+    def aborted_between(self, start: int, end: int) -> list[AbortedTxn]:
+        """Aborted transactions with records in ``[start, end)``."""
+        return [a for a in self.aborted if a.last_offset >= start and a.first_offset < end]
+
+    def to_json(self) -> bytes:
+        return json.dumps(
+            {"format": 1, "open_first": self.open_first, "aborted": [list(a) for a in self.aborted]}
+        ).encode()
+
+    @classmethod
+    def from_json(cls, data: bytes, where: str) -> TxnIndex:
+        try:
+            d = json.loads(data)
+            first = d["open_first"]
+            return cls(
+                None if first is None else int(first),
+                tuple(AbortedTxn(int(p), int(f), int(la)) for p, f, la in d["aborted"]),
+            )
+        except (ValueError, KeyError, TypeError) as e:
+            raise CorruptMetadataError(f"{where}: unreadable transaction index: {e}") from e
+
+
+NO_TRANSACTIONS = TxnIndex()
+
+
+def read_txn_index(fs: FileSystem, partition_path: str, active_segment: str) -> TxnIndex:
+    """The index for readers of the active segment ``active_segment``. A new leader writes
+    its epoch's file before it serves; until then, the newest older epoch's file still
+    tells the truth about every record it left (nothing new is decided meanwhile)."""
+    name = txn_file(active_segment)
+    if name != TXN_FILE and not fs.exists(fs.join(partition_path, name)):
+        older = sorted(
+            n for n in fs.listdir(partition_path)
+            if n.startswith("transactions.e") and n < name
+        )  # fmt: skip
+        name = older[-1] if older else name
+    path = fs.join(partition_path, name)
+    try:
+        return TxnIndex.from_json(fs.read_bytes(path), path)
+    except FileNotFoundError:
+        return NO_TRANSACTIONS
+
+
+def write_txn_index(
+    fs: FileSystem, partition_path: str, active_segment: str, idx: TxnIndex
+) -> None:
+    fs.write_atomic(fs.join(partition_path, txn_file(active_segment)), idx.to_json())
