@@ -39,10 +39,11 @@ def _producer(b: BrokerProcess, tid: str = "tid-1", **conf: Any) -> Producer:
     return p
 
 
-def _consume(b: BrokerProcess, isolation: str, topics: list[str] | None = None,
-             quiet_s: float = 1.5, group: str | None = None) -> list[tuple[int, int, bytes]]:  # fmt: skip
+def _consume(
+    b: BrokerProcess, isolation: str, topics: list[str] | None = None, quiet_s: float = 1.5
+) -> list[tuple[int, int, bytes]]:
     c = Consumer({
-        "bootstrap.servers": b.bootstrap, "group.id": group or f"g-{isolation}-{time.time()}",
+        "bootstrap.servers": b.bootstrap, "group.id": f"g-{isolation}-{time.time()}",
         "auto.offset.reset": "earliest", "isolation.level": isolation,
         "enable.auto.commit": False,
     })  # fmt: skip
@@ -188,11 +189,10 @@ def test_end_txn_without_a_transaction_is_invalid_txn_state(broker: BrokerProces
             "producer_id": -1, "producer_epoch": -1,
         })  # fmt: skip
         pid, epoch = int(init.producer_id), int(init.producer_epoch)
-        r = c.request(wire.ApiKey.END_TXN, 3, {"transactional_id": "idle", "producer_id": pid,
-                                               "producer_epoch": epoch, "committed": True})  # fmt: skip
+        end = {"transactional_id": "idle", "producer_id": pid, "committed": True}
+        r = c.request(wire.ApiKey.END_TXN, 3, {**end, "producer_epoch": epoch})
         assert int(r.error_code) == 48  # INVALID_TXN_STATE
-        r = c.request(wire.ApiKey.END_TXN, 3, {"transactional_id": "idle", "producer_id": pid,
-                                               "producer_epoch": epoch - 1, "committed": True})  # fmt: skip
+        r = c.request(wire.ApiKey.END_TXN, 3, {**end, "producer_epoch": epoch - 1})
         assert int(r.error_code) == 90  # PRODUCER_FENCED
 
 
