@@ -55,6 +55,7 @@ from sparklog.storage import Storage, crashpoints, names, transforms
 from sparklog.storage.lease import compaction_lease
 from sparklog.storage.manifest import Manifest, ManifestStore, SegmentInfo
 from sparklog.storage.topics import TopicMeta
+from sparklog.storage.txnindex import read_txn_index
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -125,6 +126,8 @@ class _Job:
     manifest: Manifest
     plan: CompactionPlan
     segs: list[SegmentTask] = field(default_factory=list)
+    #: the partition's aborted transactions (producer id, first, last offset)
+    aborted: tuple[tuple[int, int, int], ...] = ()
     groups: tuple[OutputGroup, ...] = ()
     group_ids: list[int] = field(default_factory=list)
 
@@ -255,7 +258,10 @@ def _plan(
         if manifest is None:
             skipped.append(PartitionOutcome(meta.name, p, "skipped", "no log on disk yet"))
             continue
-        plan = planner.plan_compaction(manifest, meta.config, now_ms=now_ms)
+        txn = read_txn_index(storage.fs, path, manifest.active.name)
+        plan = planner.plan_compaction(
+            manifest, meta.config, now_ms=now_ms, stable_offset=txn.open_first
+        )
         if not plan.worth_cleaning:
             skipped.append(
                 PartitionOutcome(
@@ -263,7 +269,8 @@ def _plan(
                 )
             )
             continue
-        jobs.append(_Job(meta, p, path, store, manifest, plan))
+        aborted = tuple((a.producer_id, a.first_offset, a.last_offset) for a in txn.aborted)
+        jobs.append(_Job(meta, p, path, store, manifest, plan, aborted=aborted))
     return jobs, skipped
 
 
@@ -435,6 +442,8 @@ def _run(
             t = SegmentTask(
                 len(tasks), part, root_uri, job.meta.name, job.partition, s.name, s.base_offset,
                 s.next_offset, job.plan.tombstones_below,
+                aborted=tuple(a for a in job.aborted if a[2] >= s.base_offset
+                              and a[1] < s.next_offset),
             )  # fmt: skip
             tasks.append(t)
             job.segs.append(t)

@@ -19,16 +19,21 @@ Compaction (``plan_compaction``, Kafka's cleaner):
 
 - The *section* is the run of sealed segments from the first one not wholly below the log
   start offset up to (not including) the first *uncleanable* one: the first segment whose
-  largest timestamp is newer than ``now - min.compaction.lag.ms``, or that is not sealed.
+  largest timestamp is newer than ``now - min.compaction.lag.ms``, that is not sealed, or
+  that ends past the last stable offset (an open transaction's records may yet be aborted).
 - Segments never rewritten (generation 0, as the broker sealed them) are *dirty*; rewritten
   ones (generation >= 1) are *clean*. The clean segments always form a prefix of the
   section, because every compaction rewrites a whole section.
 - Dirty ratio = dirty bytes / section bytes. A partition is cleaned when the ratio reaches
-  ``min.cleanable.dirty.ratio`` (and something is dirty), or when a clean segment holds a
+  ``min.cleanable.dirty.ratio`` (and something is dirty), when a dirty segment holds a record
+  older than ``max.compaction.lag.ms`` (whatever the ratio), or when a clean segment holds a
   tombstone that may now be removed (so tombstones go even when no new data comes).
 - Cleaning keeps, of every record in the section, exactly those whose offset is the
   largest offset of their key in the section (keys seen only in older segments are kept);
   records without a key are dropped, as Kafka's cleaner does. Offsets never change.
+- Transactions: the records of aborted transactions are dropped and never win over a
+  key's committed record; control records (markers) are kept whatever their key, and go
+  only with retention (Kafka removes them once their transaction's records are gone).
 - Tombstones (null values) at offsets below ``tombstones_below`` are removed:
   the manifest's ``cleaned`` marks say when each offset range was first compacted, and a
   tombstone is removed once ``delete.retention.ms`` has passed since then (Kafka's KIP-534
@@ -190,7 +195,9 @@ class CompactionPlan:
         return sum(s.records for s in self.section)
 
 
-def cleanable_section(manifest: Manifest, config: TopicConfig, *, now_ms: int) -> list[SegmentInfo]:
+def cleanable_section(
+    manifest: Manifest, config: TopicConfig, *, now_ms: int, stable_offset: int | None = None
+) -> list[SegmentInfo]:
     section: list[SegmentInfo] = []
     newest_cleanable = now_ms - config.min_compaction_lag_ms
     for seg in _sealed_prefix(manifest):
@@ -199,15 +206,20 @@ def cleanable_section(manifest: Manifest, config: TopicConfig, *, now_ms: int) -
             continue  # retention's to delete; rewriting it would only waste work
         if seg.max_timestamp != NO_TIMESTAMP and seg.max_timestamp > newest_cleanable:
             break
+        if stable_offset is not None and seg.next_offset > stable_offset:
+            break  # an open transaction's records may still be aborted (Kafka's rule)
         section.append(seg)
     return section
 
 
-def plan_compaction(manifest: Manifest, config: TopicConfig, *, now_ms: int) -> CompactionPlan:
-    """The partition's cleanable section and the decision (see the module docstring)."""
+def plan_compaction(
+    manifest: Manifest, config: TopicConfig, *, now_ms: int, stable_offset: int | None = None
+) -> CompactionPlan:
+    """The partition's cleanable section and the decision (see the module docstring).
+    ``stable_offset``: the partition's last stable offset; the section ends before it."""
     if not config.compact:
         return CompactionPlan((), 0, 0, 0, 0, False, False, "cleanup.policy has no compact")
-    section = cleanable_section(manifest, config, now_ms=now_ms)
+    section = cleanable_section(manifest, config, now_ms=now_ms, stable_offset=stable_offset)
     dirty = [s for s in section if s.generation == 0]
     clean = [s for s in section if s.generation > 0]
     below = tombstone_horizon(
@@ -228,6 +240,11 @@ def plan_compaction(manifest: Manifest, config: TopicConfig, *, now_ms: int) -> 
         reason, worth = "no sealed segment yet (the active segment is never cleaned)", False
     elif not section:
         reason, worth = "no sealed segment is older than min.compaction.lag.ms", False
+    elif dirty and any(
+        s.min_timestamp != NO_TIMESTAMP and s.min_timestamp <= now_ms - config.max_compaction_lag_ms
+        for s in dirty
+    ):
+        reason, worth = "a dirty record is older than max.compaction.lag.ms", True
     elif dirty and plan.dirty_ratio >= config.min_cleanable_dirty_ratio:
         reason, worth = (
             f"dirty ratio {plan.dirty_ratio:.2f} >= min.cleanable.dirty.ratio "

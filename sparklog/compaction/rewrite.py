@@ -3,10 +3,12 @@
 Three steps, each vectorised with Arrow compute (no per-record Python):
 
 1. ``last_offsets(task)``: one input segment's last offset per key (records without a key
-   are skipped: compaction drops them). Reads only the ``key`` and ``offset`` columns.
+   are skipped: compaction drops them; so are transaction markers and the records of
+   aborted transactions). Reads only the key, offset, producer id and attributes columns.
 2. ``kept_chunks(task, winners)``: one input segment filtered to the records whose offset
    is in ``winners`` (the last offset of their key over the whole section, found by Spark
-   from step 1), minus tombstones below the task's ``tombstones_below``; the kept records
+   from step 1; every transaction marker is one), minus tombstones below the task's
+   ``tombstones_below``; the kept records
    leave as Arrow IPC stream chunks, so Spark moves them without converting a row.
    A segment none of whose offsets won is never read.
 3. ``GroupWriter``: the chunks of one output group, in offset order, written as a new
@@ -33,9 +35,11 @@ from sparklog.errors import CompactionOutputError
 from sparklog.storage import crashpoints, names
 from sparklog.storage.fs import FileSystem
 from sparklog.storage.manifest import NO_TIMESTAMP
-from sparklog.storage.records import RECORD_SCHEMA
+from sparklog.storage.producers import AbortedTxn
+from sparklog.storage.records import CONTROL, RECORD_SCHEMA
 from sparklog.storage.sealed import ROW_GROUP_ROWS, SealedSegment, SealedStats, SealedWriter
 from sparklog.storage.store import filesystem_for
+from sparklog.storage.txnindex import TxnIndex, visible
 
 #: Rows deduplicated at a time in step 1 (bounds its memory to this many keys and offsets
 #: plus the distinct keys seen so far).
@@ -71,6 +75,13 @@ class SegmentTask:
     next_offset: int
     tombstones_below: int
     group: int = -1
+    #: aborted transactions with records in the segment: (producer id, first, last offset)
+    aborted: tuple[tuple[int, int, int], ...] = ()
+
+    def visible(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+        """``batch`` without control records and aborted transactions' records."""
+        txn = TxnIndex(None, tuple(AbortedTxn(*a) for a in self.aborted))
+        return visible(batch, txn, committed=True)
 
 
 @dataclass(frozen=True)
@@ -137,6 +148,23 @@ def _dedupe(tables: list[pa.Table]) -> pa.Table:
     return pa.table({"key": out.column("key"), "offset": out.column("offset_max")})
 
 
+_KEY_OFFSET = pa.schema([("key", pa.binary()), pa.field("offset", pa.int64(), nullable=False)])
+
+
+def _markers(batch: pa.RecordBatch) -> pa.Table | None:
+    """(key, offset) rows for the transaction markers of ``batch``, each under a key no
+    record has (a NUL byte and its offset), so that every marker is kept."""
+    attrs = batch.column("attributes")
+    if not pc.max(attrs).as_py():
+        return None
+    control = pc.not_equal(pc.bit_wise_and(attrs, pa.scalar(CONTROL, pa.int8())), 0)
+    offsets = batch.column("offset").filter(control)
+    if not len(offsets):
+        return None
+    keys = pa.array([b"\x00marker" + o.to_bytes(8, "big") for o in offsets.to_pylist()])
+    return pa.Table.from_arrays([keys, offsets], schema=_KEY_OFFSET)
+
+
 def last_offsets(task: SegmentTask, *, dedupe_rows: int = DEDUPE_ROWS) -> Iterator[pa.RecordBatch]:
     """Step 1 for one segment: rows (part, seg, key, last offset of key in the segment)."""
     seg = _open_segment(task)
@@ -144,8 +172,13 @@ def last_offsets(task: SegmentTask, *, dedupe_rows: int = DEDUPE_ROWS) -> Iterat
         partials: list[pa.Table] = []
         pending: list[pa.Table] = []
         rows = 0
-        for batch in seg.read(task.base_offset, task.next_offset, columns=["offset", "key"]):
+        columns = ["offset", "key", "producer_id", "attributes"]
+        for raw in seg.read(task.base_offset, task.next_offset, columns=columns):
+            batch = task.visible(raw)  # markers and aborted records never win a key...
             pending.append(pa.Table.from_batches([batch]).select(["key", "offset"]))
+            markers = _markers(raw)
+            if markers is not None:  # ...and every marker wins under a key of its own
+                pending.append(markers)
             rows += batch.num_rows
             if rows >= dedupe_rows:
                 partials.append(_dedupe(pending))

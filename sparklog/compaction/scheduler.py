@@ -56,6 +56,7 @@ from sparklog.compaction.retention import RetentionOutcome, apply_retention
 from sparklog.storage import Storage, checkpoints, names
 from sparklog.storage.config import TopicConfig
 from sparklog.storage.manifest import ManifestStore
+from sparklog.storage.txnindex import read_txn_index
 
 log = logging.getLogger("sparklog.scheduler")
 
@@ -105,12 +106,17 @@ def needs_work(storage: Storage, topic: str, job: str, *, now_ms: int) -> bool:
         if manifest is None:
             continue
         if job == COMPACTION:
-            if planner.plan_compaction(manifest, meta.config, now_ms=now_ms).worth_cleaning:
+            stable = read_txn_index(storage.fs, path, manifest.active.name).open_first
+            if planner.plan_compaction(
+                manifest, meta.config, now_ms=now_ms, stable_offset=stable
+            ).worth_cleaning:
                 return True
             continue
         active = checkpoints.active_segment_bytes(storage.fs, path, manifest.active.name)
-        plan = planner.plan_retention(manifest, meta.config, now_ms=now_ms, active_bytes=active)
-        if plan.delete:
+        retention = planner.plan_retention(
+            manifest, meta.config, now_ms=now_ms, active_bytes=active
+        )
+        if retention.delete:
             return True
     return False
 

@@ -84,6 +84,18 @@ class BatchOptions:
     ending_timestamps: Timestamps | None = None
     timestamp_strategy: str = "error"
     check_crcs: bool = True
+    read_committed: bool = True
+
+
+def _isolation(opts: Mapping[str, str]) -> bool:
+    """``kafka.isolation.level``: read_committed (sparklog's default: a read never shows
+    aborted records or records past the last stable offset) or read_uncommitted."""
+    raw = opts.get("kafka.isolation.level", "read_committed").strip().lower()
+    if raw not in ("read_committed", "read_uncommitted"):
+        raise OptionError(
+            f"option kafka.isolation.level must be read_committed or read_uncommitted, got {raw!r}"
+        )
+    return raw == "read_committed"
 
 
 def _bool(name: str, raw: str) -> bool:
@@ -223,6 +235,7 @@ def _parse(options: Mapping[str, str], *, stream: bool) -> BatchOptions:
         ending_timestamps=_timestamps(opts, "ending"),
         timestamp_strategy=strategy,
         check_crcs=_bool("kafka.check.crcs", opts.get("kafka.check.crcs", "true")),
+        read_committed=_isolation(opts),
     )
 
 
@@ -274,6 +287,7 @@ class StreamOptions:
     starting_timestamps: Timestamps | None = None
     timestamp_strategy: str = "error"
     check_crcs: bool = True
+    read_committed: bool = True
 
 
 def stream_options(options: Mapping[str, str]) -> StreamOptions:
@@ -329,4 +343,5 @@ def stream_options(options: Mapping[str, str]) -> StreamOptions:
         base.path, base.subscription, starting, base.fail_on_data_loss, base.include_headers,
         max_offsets, min_offsets, delay_ms, base.max_records_per_partition, group, client,
         base.starting_timestamps, base.timestamp_strategy, base.check_crcs,
+        base.read_committed,
     )  # fmt: skip

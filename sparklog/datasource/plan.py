@@ -121,6 +121,7 @@ class ReadPlanner:
         include_headers: bool,
         max_records_per_partition: int,
         check_crcs: bool,
+        read_committed: bool = True,
     ) -> None:
         self.path = path
         self.subscription = subscription
@@ -128,6 +129,7 @@ class ReadPlanner:
         self.include_headers = include_headers
         self.max_records_per_partition = max_records_per_partition
         self.check_crcs = check_crcs
+        self.read_committed = read_committed
         self.topic_ids: dict[str, str] = {}
         #: data loss seen so far with failOnDataLoss=false: times, and offsets known skipped
         self.data_loss_events = 0
@@ -142,6 +144,7 @@ class ReadPlanner:
             include_headers=o.include_headers,
             max_records_per_partition=o.max_records_per_partition,
             check_crcs=o.check_crcs,
+            read_committed=o.read_committed,
         )
 
     # ------------------------------------------------------------------ what and where
@@ -185,7 +188,9 @@ class ReadPlanner:
         the storage root must hold sparklog storage (``NoStorageError`` naming it)."""
         storage = Storage(self.path).require()
         return {
-            (t, p): PartitionReader(storage.fs, storage.root, t, p).view()
+            (t, p): PartitionReader(storage.fs, storage.root, t, p).view(
+                committed=self.read_committed
+            )
             for t, p in self.topic_partitions(storage, strict=strict)
         }
 
@@ -302,7 +307,8 @@ class ReadPlanner:
     def split(self, spans: Mapping[TopicPartition, tuple[int, int]]) -> list[OffsetRange]:
         """Every span ``[start, end)`` cut into tasks of at most maxRecordsPerPartition."""
         step = self.max_records_per_partition
-        flags = (self.include_headers, self.fail_on_data_loss, self.check_crcs)
+        flags = (self.include_headers, self.fail_on_data_loss, self.check_crcs,
+                 self.read_committed)  # fmt: skip
         return [
             OffsetRange(self.path, t, p, lo, min(lo + step, end), *flags)
             for (t, p), (start, end) in sorted(spans.items())

@@ -6,6 +6,10 @@ up to the high watermark and yields Arrow batches in the Kafka source's columns
 (``KAFKA_SCHEMA``, timestamps in microseconds, UTC). Only plain data crosses the Spark
 boundary. Offsets removed while the query ran fail the task, or with
 ``failOnDataLoss=false`` are skipped.
+
+Transactions: control records (markers) are never returned; a ``read_committed`` range
+(``kafka.isolation.level``, sparklog's default) was planned to end at the last stable
+offset and drops the records of aborted transactions (``LogView.visible``).
 """
 
 from __future__ import annotations
@@ -32,8 +36,9 @@ _TS_US = pa.timestamp("us", tz="UTC")
 COALESCE_ROWS = 65_536
 _HEADERS = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
 
-#: the stored columns a read needs (the producer columns are the broker's business)
-READ_COLUMNS = ["offset", "timestamp", "timestamp_type", "key", "value"]
+#: the stored columns a read needs (the producer id and attributes for transactions)
+READ_COLUMNS = ["offset", "timestamp", "timestamp_type", "key", "value", "producer_id",
+                "attributes"]  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -48,6 +53,7 @@ class OffsetRange(InputPartition):
     include_headers: bool
     fail_on_data_loss: bool
     check_crcs: bool = True
+    committed: bool = True
 
 
 def kafka_columns(
@@ -88,7 +94,7 @@ def read_range(partition: OffsetRange) -> Iterator[pa.RecordBatch]:
         partition.topic,
         partition.partition,
         verify_checksums=partition.check_crcs,
-    ).view()
+    ).view(committed=partition.committed)
     start = partition.start
     if start < view.log_start_offset:
         gone = (
@@ -100,7 +106,8 @@ def read_range(partition: OffsetRange) -> Iterator[pa.RecordBatch]:
         log.warning("%s; reading from %d (failOnDataLoss=false)", gone, view.log_start_offset)
         start = view.log_start_offset
     columns = READ_COLUMNS + (["headers"] if partition.include_headers else [])
-    for batch in coalesce(view.batches(start, partition.end, columns=columns)):
+    visible = (view.visible(b) for b in view.batches(start, partition.end, columns=columns))
+    for batch in coalesce(b for b in visible if b.num_rows):
         yield kafka_columns(batch, partition.topic, partition.partition, partition.include_headers)
 
 

@@ -10,6 +10,10 @@ to the range); the rest (rolled and active ``.arrow`` segments) goes through
 after a compaction or retention swaps them out, so an export shorter than that reads a
 consistent version.
 
+Transactions: an export reads committed data only (ranges end at the last stable offset);
+on the Parquet path the SQL filter drops control records and the aborted transactions'
+records (``PartitionRange.txn_filter``), as ``format("sparklog")`` does on the rest.
+
 ``decode`` turns the binary value into typed columns with Spark's ``from_json`` /
 ``from_avro``.
 """
@@ -48,10 +52,26 @@ class PartitionRange:
     end: int
     sealed_end: int
     files: tuple[str, ...]
+    #: the partition has had transactions: ``txn_filter`` is needed
+    transactional: bool = False
+    #: aborted transactions overlapping the range: (producer id, first, last offset)
+    aborted: tuple[tuple[int, int, int], ...] = ()
 
     @property
     def count(self) -> int:
         return self.end - self.start
+
+    @property
+    def txn_filter(self) -> str:
+        """SQL over the stored columns: no control records, no aborted records."""
+        if not self.transactional:
+            return "TRUE"
+        parts = ["(attributes IS NULL OR (attributes & 32) = 0)"]
+        parts += [
+            f"NOT (producer_id = {pid} AND offset BETWEEN {first} AND {last})"
+            for pid, first, last in self.aborted
+        ]
+        return " AND ".join(parts)
 
 
 def plan(opts: ExportOptions) -> list[PartitionRange]:
@@ -70,7 +90,15 @@ def plan(opts: ExportOptions) -> list[PartitionRange]:
             assert info.next_offset is not None
             files.append(view.fs.join(view.path, info.name))
             sealed_end = min(info.next_offset, end)
-        out.append(PartitionRange(topic, p, start, end, max(sealed_end, start), tuple(files)))
+        aborted = tuple(
+            (a.producer_id, a.first_offset, a.last_offset)
+            for a in view.txn.aborted_between(start, end)
+        )
+        transactional = bool(view.txn.aborted or view.txn.open_first is not None) or any(
+            n.startswith("transactions.") for n in view.fs.listdir(view.path)
+        )
+        out.append(PartitionRange(topic, p, start, end, max(sealed_end, start), tuple(files),
+                                  transactional, aborted))  # fmt: skip
     return out
 
 
@@ -90,7 +118,7 @@ def _native(spark: SparkSession, r: PartitionRange, headers: bool, schema: Struc
     return (
         spark.read.schema(schema)
         .parquet(*r.files)
-        .where(f"offset >= {r.start} AND offset < {r.sealed_end}")
+        .where(f"offset >= {r.start} AND offset < {r.sealed_end} AND {r.txn_filter}")
         .selectExpr(*cols)
     )
 
@@ -107,8 +135,12 @@ def read(spark: SparkSession, opts: ExportOptions, ranges: list[PartitionRange])
         if r.count <= 0:
             continue
         if opts.reader == "native" and r.files:
-            if schema is None:
-                schema = spark.read.parquet(r.files[0]).schema
+            if schema is None or "attributes" not in schema.fieldNames():
+                schema = spark.read.parquet(r.files[-1]).schema
+            if r.transactional and "attributes" not in schema.fieldNames():
+                from pyspark.sql.types import ByteType
+
+                schema = schema.add("attributes", ByteType())
             parts.append(_native(spark, r, headers, schema))
             if r.sealed_end < r.end:
                 tail[r.partition] = (r.sealed_end, r.end)

@@ -373,12 +373,13 @@ def _runs(batch: pa.RecordBatch) -> list[pa.RecordBatch]:
     amin, amax = pc.min_max(attrs).values()
     if pmin == pmax and amin == amax:
         return [batch]
-    import numpy as np
-
-    p = pids.to_numpy(zero_copy_only=False)
-    a = attrs.to_numpy(zero_copy_only=False)
-    cuts = np.flatnonzero((p[1:] != p[:-1]) | (a[1:] != a[:-1])) + 1
-    bounds = [0, *cuts.tolist(), batch.num_rows]
+    n = batch.num_rows
+    changed = pc.or_(
+        pc.not_equal(pids.slice(1), pids.slice(0, n - 1)),
+        pc.not_equal(attrs.slice(1), attrs.slice(0, n - 1)),
+    )
+    cuts = [i + 1 for i in pc.indices_nonzero(changed).to_pylist()]
+    bounds = [0, *cuts, n]
     return [batch.slice(lo, hi - lo) for lo, hi in itertools.pairwise(bounds)]
 
 

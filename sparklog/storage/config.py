@@ -72,6 +72,10 @@ _PARSERS: dict[str, tuple[str, Callable[[Any], Any]]] = {
         "min_compaction_lag_ms",
         _int_parser("min.compaction.lag.ms", 0, _LONG_MAX),
     ),
+    "max.compaction.lag.ms": (
+        "max_compaction_lag_ms",
+        _int_parser("max.compaction.lag.ms", 1, _LONG_MAX),
+    ),
     "delete.retention.ms": (
         "delete_retention_ms",
         _int_parser("delete.retention.ms", 0, _LONG_MAX),
@@ -110,6 +114,7 @@ class TopicConfig:
     segment_bytes: int = 1024 * 1024 * 1024
     segment_ms: int = 7 * 24 * 3600 * 1000
     min_compaction_lag_ms: int = 0
+    max_compaction_lag_ms: int = _LONG_MAX
     delete_retention_ms: int = 24 * 3600 * 1000
     max_message_bytes: int = 1024 * 1024 + 12
     message_timestamp_type: str = "CreateTime"

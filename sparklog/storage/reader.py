@@ -24,7 +24,7 @@ from sparklog.storage.fs import FileSystem
 from sparklog.storage.index import OffsetIndex, TimeIndex
 from sparklog.storage.manifest import Manifest, ManifestStore, SegmentInfo
 from sparklog.storage.sealed import SealedSegment
-from sparklog.storage.txnindex import NO_TRANSACTIONS, TxnIndex, read_txn_index
+from sparklog.storage.txnindex import NO_TRANSACTIONS, TxnIndex, read_txn_index, visible
 
 DEFAULT_MAX_BYTES = 1024 * 1024
 
@@ -44,6 +44,7 @@ class LogView:
         label: str = "",
         verify_checksums: bool = True,
         txn: TxnIndex = NO_TRANSACTIONS,
+        committed: bool = False,
     ) -> None:
         self.fs = fs
         self.path = partition_path
@@ -51,6 +52,9 @@ class LogView:
         self.hwm = hwm
         #: the partition's transactions as of ``hwm`` (``sparklog.storage.txnindex``)
         self.txn = txn
+        #: a ``read_committed`` view: it ends at the last stable offset, which is then its
+        #: ``high_watermark``, and ``visible`` drops aborted records
+        self.committed = committed
         self._active = active
         self._sealed = sealed_cache if sealed_cache is not None else {}
         self.label = label or partition_path
@@ -62,13 +66,19 @@ class LogView:
 
     @property
     def high_watermark(self) -> int:
-        return self.hwm.offset
+        """The end of what this view reads: the high watermark, or for a ``committed``
+        view the last stable offset."""
+        return self.last_stable_offset if self.committed else self.hwm.offset
 
     @property
     def last_stable_offset(self) -> int:
         """Where ``read_committed`` reads stop: the oldest open transaction's first offset,
         or the high watermark."""
         return self.txn.last_stable_offset(self.hwm.offset)
+
+    def visible(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+        """``batch`` as a consumer of this view sees it (``txnindex.visible``)."""
+        return visible(batch, self.txn, committed=self.committed)
 
     def _sealed_segment(self, name: str) -> SealedSegment:
         seg = self._sealed.get(name)
@@ -244,7 +254,8 @@ class PartitionReader:
         self._store = ManifestStore(fs, self.path)
         self._sealed: dict[str, SealedSegment] = {}
 
-    def view(self) -> LogView:
+    def view(self, *, committed: bool = False) -> LogView:
+        """See the class docstring; ``committed``: a ``read_committed`` view."""
         for _ in range(20):
             # the manifest first, then the high watermark of its active segment's epoch:
             # a roll in between moves the watermark past that segment (read again); a new
@@ -280,6 +291,7 @@ class PartitionReader:
                 label=f"{self.topic}-{self.partition}",
                 verify_checksums=self.verify_checksums,
                 txn=txn,
+                committed=committed,
             )
         raise CorruptSegmentError(
             f"{self.topic}-{self.partition}: high watermark points past the latest manifest"

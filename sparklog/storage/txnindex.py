@@ -23,10 +23,14 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
+import pyarrow as pa
+import pyarrow.compute as pc
+
 from sparklog.errors import CorruptMetadataError
 from sparklog.storage import names
 from sparklog.storage.fs import FileSystem
 from sparklog.storage.producers import AbortedTxn
+from sparklog.storage.records import CONTROL
 
 TXN_FILE = "transactions.checkpoint"
 _TXN_EPOCH = "transactions.e{:011d}.checkpoint"
@@ -98,3 +102,29 @@ def write_txn_index(
     fs: FileSystem, partition_path: str, active_segment: str, idx: TxnIndex
 ) -> None:
     fs.write_atomic(fs.join(partition_path, txn_file(active_segment)), idx.to_json())
+
+
+def visible(batch: pa.RecordBatch, txn: TxnIndex, *, committed: bool) -> pa.RecordBatch:
+    """``batch`` as a consumer sees it: never its control records (transaction markers),
+    and with ``committed`` (``read_committed``) none of the records of aborted
+    transactions either. Needs the ``offset``, ``producer_id`` and ``attributes`` columns
+    (a batch without ``attributes`` is returned as it is). A batch with no transactional
+    record costs one min/max."""
+    if "attributes" not in batch.schema.names or not batch.num_rows:
+        return batch
+    attrs = batch.column("attributes")
+    if not pc.max(attrs).as_py():
+        return batch
+    keep = pc.equal(pc.bit_wise_and(attrs, pa.scalar(CONTROL, pa.int8())), 0)
+    if committed and txn.aborted:
+        offsets = batch.column("offset")
+        first, last = offsets[0].as_py(), offsets[batch.num_rows - 1].as_py()
+        pids = batch.column("producer_id")
+        for a in txn.aborted_between(first, last + 1):
+            hit = pc.and_(
+                pc.equal(pids, a.producer_id),
+                pc.and_(pc.greater_equal(offsets, a.first_offset),
+                        pc.less_equal(offsets, a.last_offset)),
+            )  # fmt: skip
+            keep = pc.and_(keep, pc.invert(hit))
+    return batch.filter(keep)

@@ -305,3 +305,37 @@ def test_a_spark_read_below_a_log_start_retention_moved_follows_fail_on_data_los
     with pytest.raises(Exception, match="offsets 0..4 were removed by retention"):
         read("true")
     assert read("false") == [5, 6, 7]
+
+
+def test_aborted_records_go_markers_stay_and_open_transactions_are_not_cleaned(
+    spark: Any, root: str
+) -> None:
+    from sparklog.storage.producers import ProducerBatch
+    from sparklog.storage.records import make_records
+
+    storage = _storage(root)
+    log = storage.open_log(TOPIC, 0)
+    ts = [NOW - 10 * MINUTE]
+    log.append(make_records([b"v1"], keys=[b"k"], timestamps=ts))  # 0
+    log.append(make_records([b"aborted"], keys=[b"k"], timestamps=ts),
+               producer=ProducerBatch(5, 0, 0, 1, True))  # 1  # fmt: skip
+    log.append_marker(5, 0, commit=False, coordinator_epoch=0)  # 2
+    log.append(make_records([b"v2"], keys=[b"j"], timestamps=ts))  # 3
+    log.roll()
+    # 4: a transaction still open, in a sealed segment
+    log.append(make_records([b"open"], keys=[b"j"], timestamps=ts),
+               producer=ProducerBatch(6, 0, 0, 1, True))  # fmt: skip
+    log.roll()
+    log.append(make_records([b"tail"], keys=[b"x"], timestamps=ts))  # 5
+    log.close()
+    # markers carry the broker's clock: compact as of a moment after them
+    compact(spark, root, [TOPIC], now_ms=int(time.time() * 1000) + MINUTE)
+    view = storage.reader(TOPIC, 0).view()
+    got = [(r["offset"], r["value"], r["attributes"])
+           for b in view.batches(0) for r in b.to_pylist()]  # fmt: skip
+    # offset 1 (aborted) is gone; the marker (2) stays; the segment holding the open
+    # transaction's record (4) lies past the last stable offset and is not cleaned
+    data = [(o, v) for o, v, a in got if not a & 0x20]
+    assert data == [(0, b"v1"), (3, b"v2"), (4, b"open"), (5, b"tail")]
+    assert [o for o, _, a in got if a & 0x20] == [2]
+    assert [s.generation for s in manifest(storage).segments[:-1]] == [1, 0]

@@ -254,3 +254,53 @@ def test_a_wrong_option_is_the_first_line_the_user_sees(spark: Any, data: str) -
         spark.readStream.format("rate").load().withColumnRenamed("value", "v").writeStream.format(
             "sparklog"
         ).option("topic", "t").start()
+
+
+@pytest.fixture
+def txn_data(tmp_path: Path) -> str:
+    """Topic "tx": a committed transaction, an aborted one (sealed by a roll), a plain
+    record, then a transaction still open."""
+    from sparklog.storage.producers import ProducerBatch
+
+    root = str(tmp_path / "txdata")
+    storage = Storage(root)
+    storage.topics.create("tx", 1)
+    log = storage.open_log("tx", 0)
+    log.append(make_records([b"c1", b"c2"]), producer=ProducerBatch(1, 0, 0, 2, True))
+    log.append_marker(1, 0, commit=True, coordinator_epoch=0)
+    log.append(make_records([b"a1"]), producer=ProducerBatch(2, 0, 0, 1, True))
+    log.append_marker(2, 0, commit=False, coordinator_epoch=0)
+    log.roll()
+    log.append(make_records([b"plain"]))
+    log.append(make_records([b"open"]), producer=ProducerBatch(3, 0, 0, 1, True))
+    log.append(make_records([b"past-lso"]))
+    log.close()
+    return root
+
+
+def test_read_committed_is_the_default_and_hides_aborted_and_open_records(
+    spark: Any, txn_data: str
+) -> None:
+    sparklog.spark.register(spark)
+    df = spark.read.format("sparklog").option("subscribe", "tx").load(txn_data)
+    assert [(r.value, r.offset) for r in df.orderBy("offset").collect()] == [
+        (b"c1", 0), (b"c2", 1), (b"plain", 5),
+    ]  # fmt: skip
+
+
+def test_read_uncommitted_shows_every_record_but_no_markers(spark: Any, txn_data: str) -> None:
+    sparklog.spark.register(spark)
+    df = (
+        spark.read.format("sparklog")
+        .option("subscribe", "tx")
+        .option("kafka.isolation.level", "read_uncommitted")
+        .load(txn_data)
+    )
+    assert [r.value for r in df.orderBy("offset").collect()] == [
+        b"c1", b"c2", b"a1", b"plain", b"open", b"past-lso",
+    ]  # fmt: skip
+
+
+def test_an_unknown_isolation_level_is_refused(txn_data: str) -> None:
+    with pytest.raises(OptionError, match="kafka.isolation.level"):
+        batch_options({"path": txn_data, "subscribe": "tx", "kafka.isolation.level": "dirty"})
