@@ -68,8 +68,17 @@ def test_a_broker_that_does_not_lead_a_partition_answers_not_leader_or_follower(
         with pytest.raises(KafkaRequestError) as e:
             list_offsets(client, TOPIC, [0], -1)
         assert e.value.code == ErrorCode.not_leader_or_follower
-    with KafkaClient(cluster.brokers[leader].bootstrap) as client:
-        assert list_offsets(client, TOPIC, [0], -1)[0][0] >= 0
+    deadline = time.monotonic() + 15
+    while True:  # the leader answers, once it has taken the partition over (it may move
+        leader = wait_for_leaders(cluster)[0]  # while late brokers join: ask the new one)
+        try:
+            with KafkaClient(cluster.brokers[leader].bootstrap) as client:
+                assert list_offsets(client, TOPIC, [0], -1)[0][0] >= 0
+            return
+        except KafkaRequestError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
 
 
 def run_with_faults(cluster: BrokerCluster, fault: object) -> None:
