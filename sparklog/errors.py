@@ -41,6 +41,10 @@ class RecordTooLargeError(SparkLogError, ValueError):
     """An appended batch is larger than the topic's ``max.message.bytes``."""
 
 
+class ReplicaAssignmentError(SparkLogError, ValueError):
+    """An explicit replica assignment Kafka would refuse (unknown brokers, gaps, repeats)."""
+
+
 class TopicExistsError(SparkLogError):
     """A topic with this name already exists."""
 

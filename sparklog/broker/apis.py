@@ -76,6 +76,7 @@ APIS: dict[int, Api] = {
     ),
     ApiKey.CREATE_PARTITIONS: Api("CreatePartitions", 0, 3, admin.create_partitions),
     ApiKey.DELETE_GROUPS: Api("DeleteGroups", 0, 2, groups.delete_groups),
+    ApiKey.OFFSET_DELETE: Api("OffsetDelete", 0, 0, groups.offset_delete),
     ApiKey.DESCRIBE_CLUSTER: Api("DescribeCluster", 0, 1, cluster.describe_cluster),
     ApiKey.ADD_PARTITIONS_TO_TXN: Api("AddPartitionsToTxn", 0, 3, txn.add_partitions_to_txn),
     ApiKey.ADD_OFFSETS_TO_TXN: Api("AddOffsetsToTxn", 0, 4, txn.add_offsets_to_txn),

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import struct
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -81,6 +82,22 @@ class Member:
     def metadata_for(self, protocol: str) -> bytes:
         return next((m for n, m in self.protocols if n == protocol), b"")
 
+    def subscribed_topics(self, protocol: str) -> set[str]:
+        """The topics of this member's consumer-protocol subscription (Kafka's
+        ``ConsumerProtocolSubscription``: version i16, then topics as an i32 count of i16
+        length-prefixed strings, in every version); empty if it does not parse."""
+        data = self.metadata_for(protocol)
+        try:
+            (count,) = struct.unpack_from(">i", data, 2)
+            pos, topics = 6, set()
+            for _ in range(max(count, 0)):
+                (n,) = struct.unpack_from(">h", data, pos)
+                topics.add(data[pos + 2 : pos + 2 + n].decode())
+                pos += 2 + n
+            return topics
+        except (struct.error, UnicodeDecodeError):
+            return set()
+
 
 @dataclass
 class Group:
@@ -94,6 +111,16 @@ class Group:
     pending_ids: dict[str, float] = field(default_factory=dict)  # member id -> expiry
     static: dict[str, str] = field(default_factory=dict)
     rebalance_task: asyncio.Task[None] | None = None
+
+    def subscribed_topics(self) -> set[str]:
+        """Topics the members of a non-empty consumer group subscribe to (OffsetDelete
+        refuses their offsets: GROUP_SUBSCRIBED_TO_TOPIC)."""
+        if self.state == State.EMPTY or self.protocol_type != "consumer":
+            return set()
+        out: set[str] = set()
+        for m in self.members.values():
+            out |= m.subscribed_topics(self.protocol_name or "")
+        return out
 
 
 @dataclass(frozen=True)

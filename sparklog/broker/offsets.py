@@ -221,6 +221,14 @@ class OffsetStore:
         if records:
             await self._write(group, records)
 
+    async def delete_offsets(self, group: str, partitions: Iterable[tuple[str, int]]) -> None:
+        """OffsetDelete: tombstones for the group's committed offsets of ``partitions``
+        (partitions with none are skipped)."""
+        have = self.offsets.get(group, {})
+        keys = [_key(group, t, p) for (t, p) in partitions if (t, p) in have]
+        if keys:
+            await self._write(group, [(k, None) for k in keys])
+
     async def delete_group(self, group: str) -> None:
         keys = [_key(group, t, p) for (t, p) in self.offsets.get(group, {})]
         if keys:

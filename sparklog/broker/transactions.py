@@ -14,7 +14,8 @@ change, answered only once fsynced::
                   "partitions": [[topic, partition], ...], "start_ms": ms, "update_ms": ms}
 
 Ending a transaction (EndTxn, an expired timeout, or InitProducerId fencing an open one) is
-a commit sequence of three steps:
+a commit sequence of three steps (EndTxn is answered after step 1, as in Kafka; steps 2 and
+3 run in the background, and the id's next request waits for them):
 
 1. write ``Prepare{Commit,Abort}``: from here the outcome is decided;
 2. write a marker (a control record, ``sparklog.storage.records``) to every partition of the
@@ -349,7 +350,7 @@ class TransactionCoordinator:
         """Add partitions to the producer's transaction, which begins if none is open."""
         new = frozenset(partitions)
         async with self._lock(tid):
-            meta = self._current(tid, producer_id, epoch)
+            meta = await self._settled(self._current(tid, producer_id, epoch))
             if meta.state == ONGOING and new <= meta.partitions:
                 return
             if meta.state != ONGOING:
@@ -357,15 +358,20 @@ class TransactionCoordinator:
             await self._persist(replace(meta, partitions=meta.partitions | new))
 
     async def end_txn(self, tid: str, producer_id: int, epoch: int, commit: bool) -> None:
-        """EndTxn: commit or abort the producer's open transaction. A retry of the one that
-        just ended is answered again; anything else out of order is INVALID_TXN_STATE."""
+        """EndTxn: commit or abort the producer's open transaction, answered once the outcome
+        is durable (``Prepare*``, step 1); the markers and ``Complete*`` (steps 2 and 3)
+        follow in the background, as in Kafka, and the id's next request waits for them. A
+        retry of the transaction that just ended is answered again; anything else out of
+        order is INVALID_TXN_STATE."""
         async with self._lock(tid):
             meta = self._current(tid, producer_id, epoch)
             if meta.state == ONGOING:
-                await self._end(meta, commit=commit, bump=False)
+                prepared = replace(meta, state=PREPARE_COMMIT if commit else PREPARE_ABORT)
+                await self._persist(prepared)
+                self._spawn(self._finish_later(tid))
                 return
             done = COMPLETE_COMMIT if commit else COMPLETE_ABORT
-            if meta.state == done:
+            if meta.state in (done, PREPARE_COMMIT if commit else PREPARE_ABORT):
                 return
             raise InvalidTxnStateError(
                 f"transactional id {tid!r} cannot {'commit' if commit else 'abort'}: its "
@@ -382,6 +388,12 @@ class TransactionCoordinator:
         )
         prepared = await self._persist(prepared)
         return await self._finish(prepared)
+
+    async def _settled(self, meta: TxnMeta) -> TxnMeta:
+        """``meta`` with a decided transaction finished first (steps 2 and 3)."""
+        if meta.state in (PREPARE_COMMIT, PREPARE_ABORT):
+            return await self._finish(meta)
+        return meta
 
     async def _finish(self, meta: TxnMeta) -> TxnMeta:
         commit = meta.state == PREPARE_COMMIT
@@ -400,10 +412,17 @@ class TransactionCoordinator:
         return await self._persist(done)
 
     async def _finish_later(self, tid: str) -> None:
+        """Steps 2 and 3 for ``tid`` if still to do; a failure (a partition's leader not
+        reachable) leaves ``Prepare*``, which the expiry loop and the id's next request
+        take up again."""
         async with self._lock(tid):
             meta = self.txns.get(tid)
             if meta is not None and meta.state in (PREPARE_COMMIT, PREPARE_ABORT):
-                await self._finish(meta)
+                try:
+                    await self._finish(meta)
+                except (SparkLogError, OSError) as e:
+                    log.warning("transactional id %r: %s not completed yet: %s", tid,
+                                meta.state, e)  # fmt: skip
 
     async def write_marker(
         self, topic: str, partition: int, producer_id: int, epoch: int, commit: bool,
@@ -428,6 +447,10 @@ class TransactionCoordinator:
                 if meta.state == ONGOING and now - meta.start_ms > meta.timeout_ms:
                     with contextlib.suppress(SparkLogError):
                         await self._expire(meta.transactional_id)
+                elif meta.state in (PREPARE_COMMIT, PREPARE_ABORT) and (
+                    now - meta.update_ms > 5 * self.abort_check_ms
+                ):  # a completion that failed (or a coordinator that just took over)
+                    await self._finish_later(meta.transactional_id)
 
     async def _expire(self, tid: str) -> None:
         async with self._lock(tid):

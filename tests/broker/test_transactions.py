@@ -105,6 +105,9 @@ def test_an_open_transaction_holds_read_committed_readers_at_the_lso(
         assert (latest(1), latest(0)) == (0, 2)
         assert _consume(broker, "read_committed", quiet_s=1) == []
         p.commit_transaction(15)
+        deadline = time.monotonic() + 10  # the commit is durable; the markers follow it
+        while latest(1) != 3 and time.monotonic() < deadline:
+            time.sleep(0.05)
         assert (latest(1), latest(0)) == (3, 3)  # the marker holds offset 2
     assert _values(_consume(broker, "read_committed")) == [b"after", b"open"]
 
@@ -123,6 +126,8 @@ def test_offsets_sent_to_a_transaction_commit_with_it(broker: BrokerProcess) -> 
         m = c.poll(1)
         if m is not None and not m.error():
             msgs.append(m)
+    peek = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": group,
+                     "isolation.level": "read_uncommitted"})  # fmt: skip
     p = _producer(broker, "ctp-tid")
     for outcome in ("abort", "commit"):
         p.begin_transaction()
@@ -131,14 +136,17 @@ def test_offsets_sent_to_a_transaction_commit_with_it(broker: BrokerProcess) -> 
         p.send_offsets_to_transaction(
             [TopicPartition(TOPIC, 0, 4)], c.consumer_group_metadata(), 15
         )
-        before = c.committed([TopicPartition(TOPIC, 0)], 10)[0].offset
-        assert before < 0  # nothing committed until the transaction commits
+        # nothing is committed until the transaction commits (a read_committed consumer's
+        # OffsetFetch would wait: UNSTABLE_OFFSET_COMMIT while the transaction is open)
+        before = peek.committed([TopicPartition(TOPIC, 0)], 10)[0].offset
+        assert before < 0
         if outcome == "abort":
             p.abort_transaction(15)
         else:
             p.commit_transaction(15)
     assert c.committed([TopicPartition(TOPIC, 0)], 10)[0].offset == 4
     c.close()
+    peek.close()
     out = [v for part, _, v in _consume(broker, "read_committed") if part == 1]
     assert sorted(out) == sorted(b"in-%d-out" % i for i in range(4))
 
@@ -262,3 +270,26 @@ def test_transactions_survive_a_sigkill_of_the_broker(broker: BrokerProcess) -> 
     assert _values(_consume(broker, "read_committed")) == [
         b"after-restart", b"kept-0", b"kept-1", b"kept-2",
     ]  # fmt: skip
+
+
+def test_require_stable_offset_fetch_waits_for_the_transaction(broker: BrokerProcess) -> None:
+    c = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "stable"})
+    p = _producer(broker, "stable-tid")
+    p.begin_transaction()
+    p.produce(TOPIC, value=b"x", partition=0)
+    p.send_offsets_to_transaction([TopicPartition(TOPIC, 1, 7)], c.consumer_group_metadata(), 15)
+    fetch = {"group_id": "stable", "topics": [{"name": TOPIC, "partition_indexes": [1]}]}
+    with KafkaClient(broker.bootstrap) as k:
+        r = k.request(wire.ApiKey.OFFSET_FETCH, 7, {**fetch, "require_stable": True})
+        assert int(r.topics[0].partitions[0].error_code) == 88  # UNSTABLE_OFFSET_COMMIT
+        r = k.request(wire.ApiKey.OFFSET_FETCH, 7, {**fetch, "require_stable": False})
+        assert int(r.topics[0].partitions[0].committed_offset) == -1
+        p.commit_transaction(15)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            r = k.request(wire.ApiKey.OFFSET_FETCH, 7, {**fetch, "require_stable": True})
+            if int(r.topics[0].partitions[0].error_code) == 0:
+                break
+            time.sleep(0.05)
+        assert int(r.topics[0].partitions[0].committed_offset) == 7
+    c.close()

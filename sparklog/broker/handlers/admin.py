@@ -18,7 +18,12 @@ from kio.schema.errors import ErrorCode
 
 from sparklog.broker.context import RequestContext
 from sparklog.broker.errors import error_code
-from sparklog.errors import InvalidConfigError, SparkLogError, TopicExistsError
+from sparklog.errors import (
+    InvalidConfigError,
+    ReplicaAssignmentError,
+    SparkLogError,
+    TopicExistsError,
+)
 from sparklog.storage import names
 from sparklog.storage.config import TopicConfig
 from sparklog.storage.topics import TopicMeta
@@ -84,13 +89,16 @@ async def create_topics(ctx: RequestContext, header: Any, req: Any) -> dict[str,
                 )
                 out.append(entry)
                 continue
-            if t.assignments:
-                entry["error_code"] = ErrorCode.invalid_replica_assignment
-                entry["error_message"] = "manual replica assignment is not supported"
-                out.append(entry)
-                continue
             configs = {c.name: c.value for c in t.configs if c.value is not None}
             partitions = int(t.num_partitions)
+            if t.assignments:
+                if partitions != -1 or int(t.replication_factor) != -1:
+                    raise ValueError(
+                        "give num_partitions and replication_factor -1 with replica assignments"
+                    )
+                partitions = _check_assignments(
+                    ctx, [(int(a.partition_index), list(a.broker_ids)) for a in t.assignments], 0
+                )
             if partitions == 0 or partitions < -1:
                 raise InvalidConfigError(f"num_partitions {partitions} must be positive")
             if req.validate_only:
@@ -125,6 +133,36 @@ async def create_topics(ctx: RequestContext, header: Any, req: Any) -> dict[str,
     return {"throttle_time": 0, "topics": out}
 
 
+def _check_assignments(
+    ctx: RequestContext, assignments: list[tuple[int, list[int]]], first: int
+) -> int:
+    """Kafka's checks of explicit replica assignments (partitions ``first``.. in order, each
+    a non-empty list of distinct existing brokers, all of one length); the partition count
+    they give. The brokers named are where the partition may be led: the data is on shared
+    storage, so an assignment places no bytes, and in cluster mode the controller picks
+    the leader among the live brokers (docs/kafka-apis.md)."""
+    known = set(ctx.cluster.view.brokers) if ctx.cluster is not None else {ctx.node_id}
+    lengths = set()
+    for i, (index, brokers) in enumerate(sorted(assignments)):
+        if index != first + i:
+            raise ReplicaAssignmentError(
+                f"partition {index} is out of order (expected {first + i})"
+            )
+        if not brokers or len(set(brokers)) != len(brokers):
+            raise ReplicaAssignmentError(
+                f"partition {index}: replicas {brokers} are empty or repeat"
+            )
+        unknown = sorted(set(brokers) - known)
+        if unknown:
+            raise ReplicaAssignmentError(
+                f"partition {index}: brokers {unknown} do not exist (brokers: {sorted(known)})"
+            )
+        lengths.add(len(brokers))
+    if len(lengths) > 1:
+        raise ReplicaAssignmentError("every partition must have the same number of replicas")
+    return len(assignments)
+
+
 async def delete_topics(ctx: RequestContext, header: Any, req: Any) -> dict[str, Any]:
     out = []
     for name in req.topic_names:
@@ -146,8 +184,22 @@ async def create_partitions(ctx: RequestContext, header: Any, req: Any) -> dict[
             "error_message": None,
         }
         try:
+            meta = ctx.manager.topic(t.name)
+            if t.assignments:
+                if len(t.assignments) != int(t.count) - meta.partitions:
+                    raise ReplicaAssignmentError(
+                        f"{len(t.assignments)} replica assignments for "
+                        f"{int(t.count) - meta.partitions} new partitions"
+                    )
+                _check_assignments(
+                    ctx,
+                    [
+                        (meta.partitions + i, list(a.broker_ids))
+                        for i, a in enumerate(t.assignments)
+                    ],
+                    meta.partitions,
+                )
             if req.validate_only:
-                meta = ctx.manager.topic(t.name)
                 if int(t.count) <= meta.partitions:
                     raise InvalidConfigError(f"partitions must grow beyond {meta.partitions}")
             else:

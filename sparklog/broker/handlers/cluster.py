@@ -7,6 +7,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from sparklog.broker.authorization import NOT_REQUESTED, authorized_operations
 from sparklog.broker.context import RequestContext
 from sparklog.broker.errors import error_code
 from sparklog.errors import FrameError, SparkLogError, UnknownTopicError
@@ -47,7 +48,7 @@ def _brokers(ctx: RequestContext) -> list[dict[str, Any]]:
     return [out[n] for n in sorted(out)]
 
 
-def _topic_entry(ctx: RequestContext, name: str) -> dict[str, Any]:
+def _topic_entry(ctx: RequestContext, name: str, with_ops: bool = False) -> dict[str, Any]:
     meta = ctx.manager.topic(name)
     partitions = []
     for p in range(meta.partitions):
@@ -74,7 +75,7 @@ def _topic_entry(ctx: RequestContext, name: str) -> dict[str, Any]:
         "topic_id": uuid.UUID(meta.topic_id),
         "is_internal": name.startswith("__"),
         "partitions": partitions,
-        "topic_authorized_operations": -2147483648,
+        "topic_authorized_operations": authorized_operations("topic", with_ops),
     }
 
 
@@ -102,7 +103,9 @@ async def describe_cluster(ctx: RequestContext, header: Any, req: Any) -> dict[s
             {"broker_id": b["node_id"], "host": b["host"], "port": b["port"], "rack": b["rack"]}
             for b in _brokers(ctx)
         ],
-        "cluster_authorized_operations": -2147483648,
+        "cluster_authorized_operations": authorized_operations(
+            "cluster", bool(getattr(req, "include_cluster_authorized_operations", False))
+        ),
     }
 
 
@@ -113,6 +116,7 @@ async def metadata(ctx: RequestContext, header: Any, req: Any) -> dict[str, Any]
         # Closing the connection makes the client ask another broker.
         raise FrameError(f"broker {ctx.node_id} cannot reach etcd: no current metadata")
     allow_auto = bool(getattr(req, "allow_auto_topic_creation", True))
+    with_ops = bool(getattr(req, "include_topic_authorized_operations", False))
     everything = req.topics is None
     # internal topics (__consumer_offsets) are listed only when asked for by name
     listed = sorted(n for n in ctx.manager.topics() if not n.startswith("__"))
@@ -122,7 +126,7 @@ async def metadata(ctx: RequestContext, header: Any, req: Any) -> dict[str, Any]
         try:
             if allow_auto and req.topics is not None:
                 ctx.manager.auto_create(name)
-            topics.append(_topic_entry(ctx, name))
+            topics.append(_topic_entry(ctx, name, with_ops))
         except (SparkLogError, ValueError) as e:
             code = error_code(e)
             if isinstance(e, UnknownTopicError):
@@ -134,7 +138,7 @@ async def metadata(ctx: RequestContext, header: Any, req: Any) -> dict[str, Any]
                     "topic_id": uuid.UUID(int=0),
                     "is_internal": False,
                     "partitions": [],
-                    "topic_authorized_operations": -2147483648,
+                    "topic_authorized_operations": NOT_REQUESTED,
                 }
             )
     return {
@@ -143,5 +147,7 @@ async def metadata(ctx: RequestContext, header: Any, req: Any) -> dict[str, Any]
         "cluster_id": ctx.cluster_id,
         "controller_id": _controller(ctx),
         "topics": topics,
-        "cluster_authorized_operations": -2147483648,
+        "cluster_authorized_operations": authorized_operations(
+            "cluster", bool(getattr(req, "include_cluster_authorized_operations", False))
+        ),
     }

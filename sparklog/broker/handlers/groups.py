@@ -1,5 +1,5 @@
 """FindCoordinator, JoinGroup, SyncGroup, Heartbeat, LeaveGroup, OffsetCommit, OffsetFetch,
-ListGroups, DescribeGroups, DeleteGroups: the classic group protocol over
+ListGroups, DescribeGroups, DeleteGroups, OffsetDelete: the classic group protocol over
 ``sparklog.broker.groups`` and ``sparklog.broker.offsets``. Request fields are read by name
 with the defaults of older versions, so one handler serves every advertised version."""
 
@@ -9,6 +9,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from sparklog.broker.authorization import authorized_operations
 from sparklog.broker.context import RequestContext
 from sparklog.broker.errors import error_code
 from sparklog.broker.groups import JoinRequest
@@ -195,12 +196,18 @@ async def offset_commit(ctx: RequestContext, header: Any, req: Any) -> dict[str,
     return {"throttle_time": 0, "topics": topics_out}
 
 
-def _fetch_group(ctx: RequestContext, group_id: str, topics: Any) -> dict[str, Any]:
+def _fetch_group(
+    ctx: RequestContext, group_id: str, topics: Any, stable: bool = False
+) -> dict[str, Any]:
+    """One group's committed offsets. ``stable`` (KIP-447's ``require_stable``, which
+    read_committed consumers send): a partition with a transactional commit not yet
+    decided is UNSTABLE_OFFSET_COMMIT (retriable) instead of an offset that may change."""
     try:
         ctx.check_coordinator(group_id)
     except GroupError as e:
         return {"group_id": group_id, "topics": [], "error_code": error_code(e)}
     committed = ctx.offsets.committed(group_id)
+    unstable = ctx.offsets.unstable(group_id) if stable else set()
     wanted: list[tuple[str, list[int]]]
     if topics is None:
         by_topic: dict[str, list[int]] = {}
@@ -220,7 +227,11 @@ def _fetch_group(ctx: RequestContext, group_id: str, topics: Any) -> dict[str, A
                     "committed_offset": c.offset if c else -1,
                     "committed_leader_epoch": c.leader_epoch if c else -1,
                     "metadata": c.metadata if c else "",
-                    "error_code": ErrorCode.none,
+                    "error_code": (
+                        ErrorCode.unstable_offset_commit
+                        if (name, p) in unstable
+                        else ErrorCode.none
+                    ),
                 }
             )
         out.append({"name": name, "partitions": rows})
@@ -229,12 +240,13 @@ def _fetch_group(ctx: RequestContext, group_id: str, topics: Any) -> dict[str, A
 
 async def offset_fetch(ctx: RequestContext, header: Any, req: Any) -> dict[str, Any]:
     groups = getattr(req, "groups", None)
+    stable = bool(getattr(req, "require_stable", False))
     if groups is None:
-        one = _fetch_group(ctx, req.group_id, req.topics)
+        one = _fetch_group(ctx, req.group_id, req.topics, stable)
         return {"throttle_time": 0, "topics": one["topics"], "error_code": one["error_code"]}
     return {
         "throttle_time": 0,
-        "groups": [_fetch_group(ctx, g.group_id, g.topics) for g in groups],
+        "groups": [_fetch_group(ctx, g.group_id, g.topics, stable) for g in groups],
     }
 
 
@@ -254,12 +266,13 @@ async def list_groups(ctx: RequestContext, header: Any, req: Any) -> dict[str, A
 
 
 async def describe_groups(ctx: RequestContext, header: Any, req: Any) -> dict[str, Any]:
+    ops = authorized_operations("group", bool(getattr(req, "include_authorized_operations", False)))
     out = []
     for gid in req.groups:
         if not ctx.coordinates(gid):
             out.append({"error_code": ErrorCode.not_coordinator, "group_id": gid,
                         "group_state": "", "protocol_type": "", "protocol_data": "",
-                        "members": [], "authorized_operations": -2147483648})  # fmt: skip
+                        "members": [], "authorized_operations": ops})  # fmt: skip
             continue
         g = ctx.coordinator.groups.get(gid)
         if g is None:
@@ -267,7 +280,7 @@ async def describe_groups(ctx: RequestContext, header: Any, req: Any) -> dict[st
             out.append({"error_code": ErrorCode.none, "group_id": gid, "group_state": state,
                         "protocol_type": "consumer" if state == "Empty" else "",
                         "protocol_data": "", "members": [],
-                        "authorized_operations": -2147483648})  # fmt: skip
+                        "authorized_operations": ops})  # fmt: skip
             continue
         members = [
             {
@@ -282,7 +295,7 @@ async def describe_groups(ctx: RequestContext, header: Any, req: Any) -> dict[st
         ]
         out.append({"error_code": ErrorCode.none, "group_id": gid, "group_state": g.state.value,
                     "protocol_type": g.protocol_type or "", "protocol_data": g.protocol_name or "",
-                    "members": members, "authorized_operations": -2147483648})  # fmt: skip
+                    "members": members, "authorized_operations": ops})  # fmt: skip
     return {"throttle_time": 0, "groups": out}
 
 
@@ -300,3 +313,31 @@ async def delete_groups(ctx: RequestContext, header: Any, req: Any) -> dict[str,
             code = error_code(e)
         results.append({"group_id": gid, "error_code": code})
     return {"throttle_time": 0, "results": results}
+
+
+async def offset_delete(ctx: RequestContext, header: Any, req: Any) -> dict[str, Any]:
+    """OffsetDelete (KIP-496): drop a group's committed offsets of some partitions; those
+    of topics a live consumer member subscribes to are refused with
+    GROUP_SUBSCRIBED_TO_TOPIC, the others are deleted."""
+    wanted = [(t.name, int(p.partition_index)) for t in req.topics for p in t.partitions]
+    codes: dict[tuple[str, int], ErrorCode] = {}
+    try:
+        ctx.check_coordinator(req.group_id)
+        group = ctx.coordinator.groups.get(req.group_id)
+        if group is None and req.group_id not in ctx.offsets.offsets:
+            raise GroupNotFoundError(f"group {req.group_id!r} has no members and no offsets")
+        busy = group.subscribed_topics() if group is not None else set()
+        codes = {tp: ErrorCode.group_subscribed_to_topic for tp in wanted if tp[0] in busy}
+        await ctx.offsets.delete_offsets(req.group_id, [tp for tp in wanted if tp not in codes])
+        top = ErrorCode.none
+    except GroupError as e:
+        top = error_code(e)
+    topics: dict[str, list[dict[str, Any]]] = {}
+    for t, p in wanted:
+        code = codes.get((t, p), ErrorCode.none)
+        topics.setdefault(t, []).append({"partition_index": p, "error_code": code})
+    return {
+        "error_code": top,
+        "throttle_time": 0,
+        "topics": [{"name": t, "partitions": ps} for t, ps in topics.items()] if top == 0 else [],
+    }
