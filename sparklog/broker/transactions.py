@@ -261,7 +261,8 @@ class TransactionCoordinator:
         handle = self.manager.handles.get((TXN_TOPIC, txn_partition(transactional_id)))
         return max(handle.log.manifest.leader_epoch, 0) if handle is not None else 0
 
-    async def _persist(self, meta: TxnMeta) -> TxnMeta:
+    async def _persist(self, meta: TxnMeta, *, durable: bool = True) -> TxnMeta:
+        """Append ``meta``'s record; with ``durable``, return once it is fsynced."""
         meta = replace(meta, update_ms=_now_ms())
         handle = self.manager.partition(TXN_TOPIC, txn_partition(meta.transactional_id))
         batch = pa.RecordBatch.from_arrays(
@@ -270,7 +271,8 @@ class TransactionCoordinator:
             names=["key", "value"],
         )  # fmt: skip
         result = handle.log.append(batch, durable=False)
-        await self.manager.wait_durable(handle, result.last_offset + 1)
+        if durable:
+            await self.manager.wait_durable(handle, result.last_offset + 1)
         self.txns[meta.transactional_id] = meta
         return meta
 
@@ -409,7 +411,9 @@ class TransactionCoordinator:
         done = replace(meta, state=COMPLETE_COMMIT if commit else COMPLETE_ABORT)
         log.info("transactional id %r: %s (%d partitions)", meta.transactional_id,
                  done.state, len(meta.partitions))  # fmt: skip
-        return await self._persist(done)
+        # not awaited: lost in a crash, the Prepare* record before it finishes the markers
+        # again (they change nothing twice); the id's next durable record syncs it anyway
+        return await self._persist(done, durable=False)
 
     async def _finish_later(self, tid: str) -> None:
         """Steps 2 and 3 for ``tid`` if still to do; a failure (a partition's leader not

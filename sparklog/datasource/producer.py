@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import time
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -28,7 +29,7 @@ from kio.schema.errors import ErrorCode
 from sparklog.errors import KafkaConnectionError, KafkaRequestError, SinkWriteError
 from sparklog.kafka import admin
 from sparklog.kafka.client import ClientSettings, KafkaClient
-from sparklog.kafka.records import build_batch
+from sparklog.kafka.records import TRANSACTIONAL_BIT, build_batch
 from sparklog.kafka.wire import ApiKey
 from sparklog.storage.producers import SEQ_MOD
 
@@ -45,6 +46,15 @@ _RETRIABLE = (
     ErrorCode.unknown_leader_epoch,
     ErrorCode.request_timed_out,
 )
+#: a transaction coordinator's answers meaning "ask again (maybe another broker)"
+_TXN_RETRIABLE = (
+    ErrorCode.coordinator_load_in_progress,
+    ErrorCode.coordinator_not_available,
+    ErrorCode.not_coordinator,
+    ErrorCode.concurrent_transactions,
+)
+#: the offsets "topic" a transactional sink commits its progress under (one partition per task)
+SINK_PROGRESS_TOPIC = "__sparklog_sink"
 ROUTE_TIMEOUT_S = 60.0
 ROUTE_BACKOFF_S = 0.2
 
@@ -96,9 +106,11 @@ class PartitionStream:
         epoch: int,
         *,
         batch_bytes: int = MAX_BATCH_BYTES,
+        transactional: bool = False,
     ) -> None:
         self.topic = topic
         self.batch_bytes = batch_bytes
+        self.transactional = transactional
         self.partition = partition
         self.next_sequence = first_sequence
         self.records = 0
@@ -124,7 +136,7 @@ class PartitionStream:
         out = []
         for start, stop in cuts:
             out.append(_encode(table, start, stop, self._pid, self._epoch, self.next_sequence,
-                               now_ms))  # fmt: skip
+                               now_ms, self.transactional))  # fmt: skip
             self.next_sequence = (self.next_sequence + stop - start) % SEQ_MOD
         done = cuts[-1][1] if cuts else 0
         rest = table.slice(done)
@@ -134,7 +146,14 @@ class PartitionStream:
 
 
 def _encode(
-    records: pa.Table, start: int, stop: int, pid: int, epoch: int, seq: int, now_ms: int
+    records: pa.Table,
+    start: int,
+    stop: int,
+    pid: int,
+    epoch: int,
+    seq: int,
+    now_ms: int,
+    transactional: bool = False,
 ) -> bytes:
     part = records.slice(start, stop - start)
     keys = part.column("key").to_pylist()
@@ -144,7 +163,8 @@ def _encode(
         (i, now_ms, keys[i], values[i], [(h["key"], h["value"]) for h in headers[i] or ()])
         for i in range(stop - start)
     )
-    return build_batch(rows, producer_id=pid, producer_epoch=epoch, base_sequence=seq)
+    return build_batch(rows, producer_id=pid, producer_epoch=epoch, base_sequence=seq,
+                       attributes=TRANSACTIONAL_BIT if transactional else 0)  # fmt: skip
 
 
 class SinkProducer:
@@ -162,6 +182,10 @@ class SinkProducer:
         self._client = KafkaClient(settings)
         self._leaders: dict[tuple[str, int], str] | None = None  # partition -> host:port
         self._conns: dict[str, KafkaClient] = {}
+        #: a transactional producer's id (``begin``), its producer id and epoch
+        self.transactional_id: str | None = None
+        self._txn: tuple[int, int] = (-1, -1)
+        self._added: set[tuple[str, int]] = set()
 
     def __enter__(self) -> SinkProducer:
         return self
@@ -205,6 +229,111 @@ class SinkProducer:
 
     def init_producer_id(self) -> tuple[int, int]:
         return admin.init_producer_id(self._client)
+
+    # ------------------------------------------------------------------ transactions
+
+    def _at_txn_coordinator(self, api: int, version: int, body: dict[str, object]) -> object:
+        """A request to the transaction coordinator of ``transactional_id`` (FindCoordinator
+        when the broker asked says it is not; retried while the coordinator loads, moves or
+        finishes the previous transaction)."""
+        assert self.transactional_id is not None
+        deadline = time.monotonic() + ROUTE_TIMEOUT_S
+        client = self._client
+        while True:
+            resp = client.request(api, version, body)
+            code = int(getattr(resp, "error_code", 0))
+            if code == 0:
+                return resp
+            if code not in _TXN_RETRIABLE or time.monotonic() > deadline:
+                raise SinkWriteError(
+                    f"transactional id {self.transactional_id!r}: {ErrorCode(code).name.upper()}"
+                )
+            time.sleep(ROUTE_BACKOFF_S)
+            found = self._client.request(ApiKey.FIND_COORDINATOR, 4, {
+                "key_type": 1, "coordinator_keys": [self.transactional_id]})  # fmt: skip
+            c = found.coordinators[0]
+            client = self._conn(f"{c.host}:{c.port}") if c.error_code == 0 else self._client
+
+    def begin(self, transactional_id: str, timeout_ms: int = 60_000) -> tuple[int, int]:
+        """Become the transactional producer ``transactional_id``: InitProducerId fences any
+        earlier producer of the id (a failed attempt of this task) and aborts its open
+        transaction. Returns (producer id, epoch); batches then start at sequence 0."""
+        self.transactional_id = transactional_id
+        resp: Any = self._at_txn_coordinator(ApiKey.INIT_PRODUCER_ID, 4, {
+            "transactional_id": transactional_id, "transaction_timeout": timeout_ms,
+            "producer_id": -1, "producer_epoch": -1})  # fmt: skip
+        self._txn = (int(resp.producer_id), int(resp.producer_epoch))
+        return self._txn
+
+    def add_partitions(self, partitions: list[tuple[str, int]]) -> None:
+        """AddPartitionsToTxn for the partitions not added yet."""
+        new = sorted(set(partitions) - self._added)
+        if not new:
+            return
+        by_topic: dict[str, list[int]] = {}
+        for t, p in new:
+            by_topic.setdefault(t, []).append(p)
+        pid, epoch = self._txn
+        resp: Any = self._at_txn_coordinator(ApiKey.ADD_PARTITIONS_TO_TXN, 3, {
+            "v3_and_below_transactional_id": self.transactional_id,
+            "v3_and_below_producer_id": pid, "v3_and_below_producer_epoch": epoch,
+            "v3_and_below_topics": [{"name": t, "partitions": ps} for t, ps in by_topic.items()],
+        })  # fmt: skip
+        for t in resp.results_by_topic_v3_and_below:
+            for r in t.results_by_partition:
+                if r.partition_error_code != ErrorCode.none:
+                    raise SinkWriteError(
+                        f"adding {t.name}-{r.partition_index} to transaction "
+                        f"{self.transactional_id!r}: {ErrorCode(r.partition_error_code).name}"
+                    )
+        self._added |= set(new)
+
+    def progress(self, group: str, task: int) -> int:
+        """The next micro-batch id this task's transactions committed (``commit``), -1 when
+        none: read with require_stable, so an undecided transaction is waited for."""
+        deadline = time.monotonic() + ROUTE_TIMEOUT_S
+        body = {"group_id": group, "require_stable": True,
+                "topics": [{"name": SINK_PROGRESS_TOPIC, "partition_indexes": [task]}]}  # fmt: skip
+        while True:
+            resp: Any = admin.at_coordinator(
+                self._client, group, lambda c: c.request(ApiKey.OFFSET_FETCH, 7, body)
+            )
+            part = resp.topics[0].partitions[0] if resp.topics else None
+            if part is None:
+                return -1
+            if part.error_code == ErrorCode.none:
+                return int(part.committed_offset)
+            if part.error_code != ErrorCode.unstable_offset_commit or time.monotonic() > deadline:
+                raise SinkWriteError(f"sink progress of task {task}: {ErrorCode(part.error_code)}")
+            time.sleep(ROUTE_BACKOFF_S)
+
+    def commit(self, group: str | None = None, task: int = 0, next_batch: int = 0) -> None:
+        """Commit the transaction; with ``group``, the task's progress (``next_batch`` as the
+        offset of partition ``task`` of ``SINK_PROGRESS_TOPIC``) commits with it."""
+        pid, epoch = self._txn
+        tid = self.transactional_id
+        if group is not None:
+            self._at_txn_coordinator(ApiKey.ADD_OFFSETS_TO_TXN, 3, {
+                "transactional_id": tid, "producer_id": pid, "producer_epoch": epoch,
+                "group_id": group})  # fmt: skip
+            body = {"transactional_id": tid, "group_id": group, "producer_id": pid,
+                    "producer_epoch": epoch, "generation_id": -1, "member_id": "",
+                    "group_instance_id": None, "topics": [{"name": SINK_PROGRESS_TOPIC,
+                    "partitions": [{"partition_index": task, "committed_offset": next_batch,
+                                    "committed_leader_epoch": -1,
+                                    "committed_metadata": None}]}]}  # fmt: skip
+            resp: Any = admin.at_coordinator(
+                self._client, group, lambda c: c.request(ApiKey.TXN_OFFSET_COMMIT, 3, body)
+            )
+            code = resp.topics[0].partitions[0].error_code
+            if code != ErrorCode.none:
+                raise SinkWriteError(f"committing sink progress: {ErrorCode(code).name}")
+        if not self._added and group is None:
+            return  # nothing was written: no transaction to end
+        self._at_txn_coordinator(ApiKey.END_TXN, 3, {
+            "transactional_id": tid, "producer_id": pid, "producer_epoch": epoch,
+            "committed": True})  # fmt: skip
+        self._added = set()
 
     def send(self, queues: dict[tuple[str, int], list[bytes]], pid: int) -> int:
         """Write queued batches (acks=all), each partition's in order: one request carries
@@ -283,7 +412,7 @@ class SinkProducer:
             ApiKey.PRODUCE,
             9,
             {
-                "transactional_id": None,
+                "transactional_id": self.transactional_id,
                 "acks": -1,
                 "timeout": 60_000,
                 "topic_data": [

@@ -31,7 +31,19 @@ written ones as duplicates (their original offsets, or DUPLICATE_SEQUENCE_NUMBER
 ones) without appending them. This needs a deterministic source — the same records in the
 same order when Spark replays a batch — as Spark's own exactly-once file sink does;
 ``format("sparklog")`` and Kafka-like sources are. Records become visible to consumers as
-they are written, before Spark commits the batch (there are no transactions).
+they are written, before Spark commits the batch (unless the writes are transactional).
+
+Transactional writes (option ``kafka.transactional.id``, a prefix): each task writes its
+rows of a micro-batch (or of a batch write) in one Kafka transaction of the transactional
+id ``<prefix>-<task partition id>``, so ``read_committed`` consumers (sparklog's default,
+and a ``format("sparklog")`` read's) see all of them or none. The task's InitProducerId
+fences any earlier attempt of the same task and aborts what it left open. In a streaming
+query the task's progress commits in the same transaction: the offset ``batch id + 1`` of
+partition ``<task>`` of ``__sparklog_sink`` for the group ``<prefix>.sink`` (as Kafka
+exactly-once pipelines commit their input offsets); a replayed batch whose progress
+committed is skipped, so the query is **exactly once** for read_committed readers whether
+or not it has a ``checkpointLocation`` option, and no sink state files are written. Crash
+point ``sink.after_commit``: a task committed, Spark has not recorded the batch.
 
 Batch writes (``df.write``), and streams without a ``checkpointLocation`` option (for
 example when only ``spark.sql.streaming.checkpointLocation`` is set): **at least once** —
@@ -95,6 +107,8 @@ log = logging.getLogger(__name__)
 STATE_DIR = "sparklog-sink"
 IDENTITY_FILE = "identity.json"
 CRASH_POINTS = ("sink.after_first_send", "sink.after_state")
+#: the transactional sink's (``sink.after_first_send`` is hit there too)
+TXN_CRASH_POINTS = ("sink.after_first_send", "sink.after_commit")
 KEEP_STATES = 2
 SINK_TIMEOUT_S = 60.0  # a produce waits for the fsync of everything before it
 _BIN = pa.binary()
@@ -110,6 +124,8 @@ class WriteOptions:
     topic: str | None
     state_dir: str | None
     batch_bytes: int = MAX_BATCH_BYTES
+    #: ``kafka.transactional.id``: each task writes in transactions (module docstring)
+    transactional_id: str | None = None
 
 
 def _type_name(t: Any) -> str:
@@ -186,7 +202,10 @@ def write_options(options: Mapping[str, str], schema: StructType) -> WriteOption
     elif ck:
         fs, path = filesystem_for(ck)  # makes a relative path absolute, here on the driver
         state_dir = fs.join(path, STATE_DIR)
-    return WriteOptions(client, topic, state_dir, batch_bytes)
+    tid = opts.get("kafka.transactional.id")
+    if tid is not None and not tid.strip():
+        raise OptionError("option kafka.transactional.id must not be empty")
+    return WriteOptions(client, topic, state_dir, batch_bytes, tid)
 
 
 # ---------------------------------------------------------------------------- sink state
@@ -344,6 +363,8 @@ def write_task(
     opts: WriteOptions, batches: Iterator[pa.RecordBatch], *, task: int, batch_id: int | None
 ) -> SinkCommit:
     """Write one task's rows (runs in executors); see the module docstring."""
+    if opts.transactional_id is not None:
+        return _write_transactional(opts, batches, task=task, batch_id=batch_id)
     store = StateStore(opts.state_dir, task) if opts.state_dir and batch_id is not None else None
     state = store.latest() if store else None
     if state is not None and batch_id is not None and state.batch >= batch_id:
@@ -362,25 +383,15 @@ def write_task(
         for batch in batches:
             if not batch.num_rows:
                 continue
-            table = normalise(batch, opts.topic)
-            topic_col = table.column("topic")
-            for topic in pc.unique(topic_col).to_pylist():
-                sub = table if opts.topic else table.filter(pc.equal(topic_col, topic))
-                if topic not in counts:
-                    names.validate_topic_name(topic)
-                    counts.update(producer.partition_counts([topic]))
-                    rr[topic] = task
-                parts = assign_partitions(sub, counts[topic], rr[topic])
-                rr[topic] += sub.column("key").null_count
-                for p in pc.unique(parts).to_pylist():
-                    stream = streams.get((topic, p))
-                    if stream is None:
-                        first = seqs.get(topic, {}).get(p, 0)
-                        stream = streams[(topic, p)] = PartitionStream(
-                            topic, p, first, pid, epoch, batch_bytes=opts.batch_bytes
-                        )
-                    rows = sub.filter(pc.equal(parts, p))
-                    stream.add(rows.select(["key", "value", "headers"]))
+            for topic, p, rows in _route(producer, opts, normalise(batch, opts.topic), task,
+                                         counts, rr):  # fmt: skip
+                stream = streams.get((topic, p))
+                if stream is None:
+                    first = seqs.get(topic, {}).get(p, 0)
+                    stream = streams[(topic, p)] = PartitionStream(
+                        topic, p, first, pid, epoch, batch_bytes=opts.batch_bytes
+                    )
+                stream.add(rows)
             if producer.send({k: s.take_batches(final=False) for k, s in streams.items()}, pid):
                 crashpoints.hit("sink.after_first_send")
         if producer.send({k: s.take_batches(final=True) for k, s in streams.items()}, pid):
@@ -390,6 +401,68 @@ def write_task(
     if store is not None and batch_id is not None:
         store.save(SinkState(batch_id, pid, epoch, seqs))
         crashpoints.hit("sink.after_state")
+    return SinkCommit({f"{t}-{p}": s.records for (t, p), s in sorted(streams.items())})
+
+
+def _route(
+    producer: SinkProducer,
+    opts: WriteOptions,
+    table: pa.Table,
+    task: int,
+    counts: dict[str, int],
+    rr: dict[str, int],
+) -> Iterator[tuple[str, int, pa.Table]]:
+    """``(topic, partition, rows)`` of one normalised input batch (module docstring)."""
+    topic_col = table.column("topic")
+    for topic in pc.unique(topic_col).to_pylist():
+        sub = table if opts.topic else table.filter(pc.equal(topic_col, topic))
+        if topic not in counts:
+            names.validate_topic_name(topic)
+            counts.update(producer.partition_counts([topic]))
+            rr[topic] = task
+        parts = assign_partitions(sub, counts[topic], rr[topic])
+        rr[topic] += sub.column("key").null_count
+        for p in pc.unique(parts).to_pylist():
+            yield topic, p, sub.filter(pc.equal(parts, p)).select(["key", "value", "headers"])
+
+
+def _write_transactional(
+    opts: WriteOptions, batches: Iterator[pa.RecordBatch], *, task: int, batch_id: int | None
+) -> SinkCommit:
+    """One task's rows in one transaction of ``<kafka.transactional.id>-<task>`` (module
+    docstring: transactional writes)."""
+    tid = f"{opts.transactional_id}-{task}"
+    group = f"{opts.transactional_id}.sink"
+    with SinkProducer(opts.client) as producer:
+        pid, epoch = producer.begin(tid)  # fences a failed attempt; aborts what it left open
+        if batch_id is not None and producer.progress(group, task) > batch_id:
+            for _ in batches:  # committed before this replay: drain the input, send nothing
+                pass
+            return SinkCommit({}, replayed=True)
+        counts: dict[str, int] = {}
+        rr: dict[str, int] = {}
+        streams: dict[tuple[str, int], PartitionStream] = {}
+        for batch in batches:
+            if not batch.num_rows:
+                continue
+            for topic, p, rows in _route(producer, opts, normalise(batch, opts.topic), task,
+                                         counts, rr):  # fmt: skip
+                stream = streams.get((topic, p))
+                if stream is None:
+                    stream = streams[(topic, p)] = PartitionStream(
+                        topic, p, 0, pid, epoch, batch_bytes=opts.batch_bytes, transactional=True
+                    )
+                stream.add(rows)
+            queues = {k: s.take_batches(final=False) for k, s in streams.items()}
+            producer.add_partitions([k for k, q in queues.items() if q])
+            if producer.send(queues, pid):
+                crashpoints.hit("sink.after_first_send")
+        queues = {k: s.take_batches(final=True) for k, s in streams.items()}
+        producer.add_partitions([k for k, q in queues.items() if q])
+        if producer.send(queues, pid):
+            crashpoints.hit("sink.after_first_send")
+        producer.commit(group if batch_id is not None else None, task, (batch_id or 0) + 1)
+        crashpoints.hit("sink.after_commit")
     return SinkCommit({f"{t}-{p}": s.records for (t, p), s in sorted(streams.items())})
 
 

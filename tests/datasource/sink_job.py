@@ -1,5 +1,6 @@
 """A streaming query copying topic ``in`` to topic ``out`` through format("sparklog"):
-``python sink_job.py DATA_DIR BOOTSTRAP CHECKPOINT``. Run as a child by the exactly-once
+``python sink_job.py DATA_DIR BOOTSTRAP CHECKPOINT [TRANSACTIONAL_ID]`` (with the last,
+the sink writes transactionally). Run as a child by the exactly-once
 tests, with ``SPARKLOG_CRASH_AT`` set to kill its write tasks at a crash point. Exit code 0
 when the query drained the backlog (AvailableNow), 1 when it failed."""
 
@@ -14,6 +15,7 @@ import sparklog.spark
 
 def main() -> int:
     data_dir, bootstrap, checkpoint = sys.argv[1:4]
+    extra = {"kafka.transactional.id": sys.argv[4]} if len(sys.argv) > 4 else {}
     spark = (
         SparkSession.builder.master("local[2]")
         .appName("sink-job")
@@ -36,6 +38,7 @@ def main() -> int:
         .option("topic", "out")
         .option("kafka.batch.size", "256")  # many small batches: a crash leaves a prefix
         .option("checkpointLocation", checkpoint)
+        .options(**extra)
         .trigger(availableNow=True)
         .start()
     )

@@ -28,13 +28,14 @@ import sparklog.spark
 from sparklog.datasource.producer import PartitionStream, cut_batches
 from sparklog.datasource.writer import (
     CRASH_POINTS,
+    TXN_CRASH_POINTS,
     SinkState,
     StateStore,
     assign_partitions,
     normalise,
     write_options,
 )
-from sparklog.errors import SinkWriteError
+from sparklog.errors import OptionError, SinkWriteError
 from sparklog.kafka.partitioner import murmur2_partition
 from sparklog.storage import RECORD_SCHEMA, Storage
 
@@ -338,13 +339,16 @@ def test_stream_write_commits_each_batch_once(spark: Any, broker: Any, tmp_path:
     assert states  # one directory per task
 
 
-def _run_sink_job(broker: Any, checkpoint: Path, crash_at: str | None) -> int:
+def _run_sink_job(
+    broker: Any, checkpoint: Path, crash_at: str | None, transactional_id: str | None = None
+) -> int:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     env.pop("SPARKLOG_CRASH_AT", None)
     if crash_at:
         env["SPARKLOG_CRASH_AT"] = crash_at
     proc = subprocess.run(
-        [sys.executable, str(SINK_JOB), broker.data_dir, broker.bootstrap, str(checkpoint)],
+        [sys.executable, str(SINK_JOB), broker.data_dir, broker.bootstrap, str(checkpoint),
+         *([transactional_id] if transactional_id else [])],
         env=env, capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     return proc.returncode
@@ -380,3 +384,49 @@ def test_killed_and_restarted_query_writes_every_record_exactly_once(
         for v, hs in zip(t.column("value").to_pylist(), t.column("headers").to_pylist(),
                          strict=True):  # fmt: skip
             assert hs == [{"key": "i", "value": b"%d" % int(v[1:])}]
+
+
+def _committed_values(data_dir: str, topic: str) -> list[bytes]:
+    """What a read_committed reader sees of ``topic``."""
+    storage = Storage(data_dir)
+    out: list[bytes] = []
+    for p in range(storage.topics.get(topic).partitions):
+        view = storage.reader(topic, p).view(committed=True)
+        for b in view.batches(view.log_start_offset):
+            out += view.visible(b).column("value").to_pylist()
+    return out
+
+
+@pytest.mark.slow
+@pytest.mark.spark
+@pytest.mark.parametrize("point", TXN_CRASH_POINTS)
+def test_a_transactional_sink_is_exactly_once_for_read_committed_readers(
+    broker: Any, tmp_path: Path, point: str
+) -> None:
+    from sparklog.kafka import admin as kc
+    from sparklog.kafka.client import KafkaClient
+
+    with KafkaClient(broker.bootstrap) as c:
+        kc.create_topic(c, "in", 3, {})
+        kc.create_topic(c, "out", 2, {})
+    p = Producer({"bootstrap.servers": broker.bootstrap})
+    expected = [b"r%04d" % i for i in range(400)]
+    for i, v in enumerate(expected):
+        p.produce("in", key=b"k%d" % (i % 13), value=v, headers=[("i", b"%d" % i)])
+    assert p.flush(20) == 0
+    checkpoint = tmp_path / "ck"
+    assert _run_sink_job(broker, checkpoint, point, "tx-sink") == 1  # a task died
+    assert _run_sink_job(broker, checkpoint, None, "tx-sink") == 0
+    assert Counter(_committed_values(broker.data_dir, "out")) == Counter(expected)
+    assert not (checkpoint / "sparklog-sink").exists()  # the progress is in the broker
+
+
+def test_an_empty_transactional_id_is_refused() -> None:
+    from pyspark.sql.types import BinaryType, StructField, StructType
+
+    from sparklog.datasource.writer import write_options
+
+    schema = StructType([StructField("value", BinaryType())])
+    with pytest.raises(OptionError, match="transactional"):
+        write_options({"kafka.bootstrap.servers": "127.0.0.1:1", "topic": "t",
+                       "kafka.transactional.id": " "}, schema)  # fmt: skip
