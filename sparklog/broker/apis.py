@@ -83,6 +83,7 @@ APIS: dict[int, Api] = {
     ApiKey.END_TXN: Api("EndTxn", 0, 4, txn.end_txn),
     ApiKey.WRITE_TXN_MARKERS: Api("WriteTxnMarkers", 1, 1, txn.write_txn_markers),
     ApiKey.TXN_OFFSET_COMMIT: Api("TxnOffsetCommit", 0, 4, txn.txn_offset_commit),
+    ApiKey.DESCRIBE_PRODUCERS: Api("DescribeProducers", 0, 0, txn.describe_producers),
     ApiKey.DESCRIBE_TRANSACTIONS: Api("DescribeTransactions", 0, 0, txn.describe_transactions),
     ApiKey.LIST_TRANSACTIONS: Api("ListTransactions", 0, 1, txn.list_transactions),
 }

@@ -31,6 +31,7 @@ from sparklog.datasource.options import batch_options
 from sparklog.datasource.plan import ReadPlanner
 from sparklog.errors import ExportUsageError
 from sparklog.export.options import ExportOptions
+from sparklog.storage.txnindex import has_index
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -94,8 +95,8 @@ def plan(opts: ExportOptions) -> list[PartitionRange]:
             (a.producer_id, a.first_offset, a.last_offset)
             for a in view.txn.aborted_between(start, end)
         )
-        transactional = bool(view.txn.aborted or view.txn.open_first is not None) or any(
-            n.startswith("transactions.") for n in view.fs.listdir(view.path)
+        transactional = bool(view.txn.aborted or view.txn.open_first is not None) or has_index(
+            view.fs, view.path
         )
         out.append(PartitionRange(topic, p, start, end, max(sealed_end, start), tuple(files),
                                   transactional, aborted))  # fmt: skip

@@ -180,11 +180,7 @@ class PartitionLog(SealingMixin):
             high_watermark=plog.high_watermark,
             batches=lambda start: plog.batches(start, columns=_PRODUCER_COLUMNS),
         )
-        if (
-            plog._producers.open_txns
-            or plog._producers.aborted
-            or any(n.startswith("transactions.") for n in fs.listdir(path))
-        ):
+        if plog._producers.txn_version or txnindex.has_index(fs, path):
             plog._write_txn_index(force=True)
         if leader_epoch is None:
             plog.recovery.resealed = plog.seal_pending()
@@ -339,6 +335,10 @@ class PartitionLog(SealingMixin):
             self.wait_durable(h.next_offset)
         return AppendResult(base, base)
 
+    def producers(self) -> list[tuple[int, int, int, int]]:  # ProducerStates.describe
+        with self._lock:
+            return self._producers.describe()
+
     def _should_roll(self, incoming: int, now_ms: int) -> bool:
         seg = self._active
         if seg.frame_count == 0:
@@ -393,9 +393,8 @@ class PartitionLog(SealingMixin):
         version, first, aborted = self._producers.txn_state()
         if version == self._txn_written and not force:
             return
-        txnindex.write_txn_index(
-            self.fs, self.path, self._active.name, txnindex.TxnIndex(first, aborted)
-        )
+        idx = txnindex.TxnIndex(first, aborted)
+        txnindex.write_txn_index(self.fs, self.path, self._active.name, idx)
         self._txn_written = version
 
     def _write_hwm(self, pos: LogPosition) -> None:

@@ -159,6 +159,15 @@ class ProducerStates:
             self.open_txns.setdefault(producer_id, offset)
             self.txn_version += 1
 
+    def describe(self) -> list[tuple[int, int, int, int]]:
+        """(producer id, epoch, last sequence, first offset of its open transaction or -1)
+        of every producer this partition knows (DescribeProducers)."""
+        return [
+            (pid, e.epoch, e.batches[-1].last_seq if e.batches else -1,
+             self.open_txns.get(pid, -1))
+            for pid, e in sorted(self.producers.items())
+        ]  # fmt: skip
+
     def last_stable_offset(self, high_watermark: int) -> int:
         """The first offset of the oldest open transaction, or ``high_watermark``."""
         return min(min(self.open_txns.values(), default=high_watermark), high_watermark)
@@ -372,6 +381,7 @@ class ProducerStates:
             states.aborted = [
                 AbortedTxn(int(p), int(f), int(la)) for p, f, la in d.get("aborted", [])
             ]
+            states.txn_version = int(bool(states.open_txns or states.aborted))
         except (ValueError, KeyError, TypeError) as e:
             raise CorruptMetadataError(f"{where}: unreadable producer snapshot: {e}") from e
         return states

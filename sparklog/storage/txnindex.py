@@ -98,6 +98,11 @@ def read_txn_index(fs: FileSystem, partition_path: str, active_segment: str) -> 
         return NO_TRANSACTIONS
 
 
+def has_index(fs: FileSystem, partition_path: str) -> bool:
+    """Whether a writer of the partition ever wrote a transaction index."""
+    return any(n.startswith("transactions.") for n in fs.listdir(partition_path))
+
+
 def write_txn_index(
     fs: FileSystem, partition_path: str, active_segment: str, idx: TxnIndex
 ) -> None:

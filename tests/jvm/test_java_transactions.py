@@ -130,3 +130,22 @@ def test_kafka_transactions_lists_and_describes(broker: BrokerProcess) -> None:
     assert missing.returncode != 0
     assert "could not be found" in missing.stdout + missing.stderr
     p.commit_transaction(15)
+
+
+def test_kafka_transactions_describes_producers_and_finds_no_hanging_ones(
+    broker: BrokerProcess,
+) -> None:
+    p = Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": "described-p"})
+    p.init_transactions(15)
+    p.begin_transaction()
+    p.produce("out", value=b"x", partition=0)
+    p.flush()
+    bs = ("--bootstrap-server", broker.bootstrap)
+    out = kafka_tool(TRANSACTIONS, *bs, "describe-producers", "--topic", "out",
+                     "--partition", "0").stdout  # fmt: skip
+    lines = [line.split() for line in out.splitlines() if line.strip()]
+    assert lines[0][:2] == ["ProducerId", "ProducerEpoch"]
+    assert any(row[-1] == "0" for row in lines[1:])  # CurrentTransactionStartOffset 0
+    p.commit_transaction(15)
+    hanging = kafka_tool(TRANSACTIONS, *bs, "find-hanging", "--broker-id", "0").stdout
+    assert "described-p" not in hanging

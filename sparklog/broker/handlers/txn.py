@@ -1,5 +1,6 @@
 """InitProducerId, AddPartitionsToTxn, AddOffsetsToTxn, EndTxn, TxnOffsetCommit,
-WriteTxnMarkers, DescribeTransactions, ListTransactions: the transaction protocol over
+WriteTxnMarkers, DescribeTransactions, ListTransactions, DescribeProducers: the
+transaction protocol over
 ``sparklog.broker.transactions`` (the coordinator) and ``sparklog.broker.offsets``.
 
 AddPartitionsToTxn is served up to v3, the client versions (v4+ batch the brokers'
@@ -211,3 +212,32 @@ async def list_transactions(ctx: RequestContext, header: Any, req: Any) -> dict[
         "unknown_state_filters": [s for s in states if s not in STATES],
         "transaction_states": rows,
     }
+
+
+async def describe_producers(ctx: RequestContext, header: Any, req: Any) -> dict[str, Any]:
+    """The producers each led partition knows, with their open transaction's first offset
+    (what ``kafka-transactions describe-producers`` and ``find-hanging`` read)."""
+    topics = []
+    for t in req.topics:
+        parts = []
+        for p in t.partition_indexes:
+            entry: dict[str, Any] = {"partition_index": int(p), "error_code": ErrorCode.none,
+                                     "error_message": None, "active_producers": []}  # fmt: skip
+            try:
+                handle = ctx.manager.led(t.name, int(p))
+                entry["active_producers"] = [
+                    {
+                        "producer_id": pid,
+                        "producer_epoch": epoch,
+                        "last_sequence": seq,
+                        "last_timestamp": -1,
+                        "coordinator_epoch": -1,
+                        "current_txn_start_offset": start,
+                    }
+                    for pid, epoch, seq, start in handle.log.producers()
+                ]
+            except (SparkLogError, ValueError) as e:
+                entry.update(error_code=error_code(e), error_message=str(e))
+            parts.append(entry)
+        topics.append({"name": t.name, "partitions": parts})
+    return {"throttle_time": 0, "topics": topics}
