@@ -76,7 +76,8 @@ class PartitionManager:
 
     def sync_topics(self) -> list[tuple[str, int]]:
         """Cluster mode: pick up topic changes another broker committed to the shared
-        storage: new configs reach the open logs of the topic; the partitions of a topic
+        storage (and changes of the dynamic topic defaults: any broker's, embedded this
+        one's): new configs reach the open logs of the topic; the partitions of a topic
         deleted (or shrunk by nothing: partitions only grow) are returned, for the caller to
         give up. Each known topic costs one read of its latest metadata version."""
         gone: list[tuple[str, int]] = []
@@ -87,7 +88,7 @@ class PartitionManager:
                 del self._topics[name]
                 gone += [k for k in self.handles if k[0] == name]
                 continue
-            if meta.version != known.version:
+            if meta.version != known.version or meta.config != known.config:
                 self._topics[name] = meta
                 for (topic, _p), handle in self.handles.items():
                     if topic == name:

@@ -6,7 +6,13 @@ create-if-absent like the manifest (``VersionedFiles``)::
     {"format": 1, "name": "orders", "topic_id": "<uuid4 hex>", "partitions": 6,
      "configs": {"cleanup.policy": "compact"}, "created_ms": ..., "deleted": false}
 
-``configs`` holds only non-default values (defaults can then evolve). Creating a topic
+``configs`` holds only the topic's own values (overrides; defaults can then evolve). A
+topic's effective configs are Kafka's defaults, then the cluster-wide *dynamic defaults*,
+then its own: dynamic defaults (``kafka-configs --entity-type brokers --entity-default``,
+AlterConfigs on the default broker resource) are versioned files of their own,
+``<root>/topic-defaults/<version>.json`` = ``{"format": 1, "configs": {...}}`` (topic
+config names), committed by create-if-absent, read by every process that reads topics,
+and they change every topic that does not set the config itself, as Kafka's do. Creating a topic
 commits version 0 (so two concurrent creators cannot both win); changing partitions or
 configs commits the next version. Deleting commits a version with ``"deleted": true`` and
 then removes the topic directory; a topic whose latest version says deleted is absent, and
@@ -36,6 +42,7 @@ from sparklog.storage.versioned import VersionedFiles
 
 FORMAT = 1
 MAX_PARTITIONS = 10_000
+DEFAULTS_DIR = "topic-defaults"
 
 
 @dataclass(frozen=True)
@@ -49,6 +56,13 @@ class TopicMeta:
     created_ms: int = 0
     version: int = 0
     deleted: bool = False
+    #: the topic's own configs (None: those of ``config`` that differ from Kafka's)
+    explicit: Mapping[str, Any] | None = None
+
+    @property
+    def own_configs(self) -> dict[str, Any]:
+        """The configs the topic sets itself (not inherited from any default)."""
+        return dict(self.explicit) if self.explicit is not None else self.config.non_defaults()
 
     def to_json(self) -> bytes:
         return json.dumps(
@@ -57,7 +71,7 @@ class TopicMeta:
                 "name": self.name,
                 "topic_id": self.topic_id,
                 "partitions": self.partitions,
-                "configs": self.config.non_defaults(),
+                "configs": self.own_configs,
                 "created_ms": self.created_ms,
                 "deleted": self.deleted,
             },
@@ -65,22 +79,33 @@ class TopicMeta:
         ).encode()
 
     @classmethod
-    def from_json(cls, data: bytes, version: int, where: str) -> TopicMeta:
+    def from_json(
+        cls, data: bytes, version: int, where: str, defaults: Mapping[str, Any] | None = None
+    ) -> TopicMeta:
         try:
             d = json.loads(data)
             if d.get("format") != FORMAT:
                 raise CorruptMetadataError(f"{where}: unknown topic format {d.get('format')}")
+            own = dict(d.get("configs") or {})
             return cls(
                 name=str(d["name"]),
                 topic_id=str(d["topic_id"]),
                 partitions=int(d["partitions"]),
-                config=TopicConfig.from_mapping(d.get("configs") or {}),
+                config=TopicConfig.from_mapping({**(defaults or {}), **own}),
                 created_ms=int(d.get("created_ms", 0)),
                 version=version,
                 deleted=bool(d.get("deleted", False)),
+                explicit=own,
             )
         except (ValueError, KeyError, TypeError) as e:
             raise CorruptMetadataError(f"{where}: unreadable topic metadata: {e}") from e
+
+
+def _typed(configs: Mapping[str, Any]) -> dict[str, Any]:
+    """``configs`` checked (InvalidConfigError names a bad one) and parsed to their types,
+    as a topic's metadata stores them."""
+    parsed = TopicConfig.from_mapping(configs).to_mapping()
+    return {k: parsed[k] for k in configs}
 
 
 def _check_partitions(n: int) -> int:
@@ -101,27 +126,74 @@ class TopicStore:
     def _files(self, name: str) -> VersionedFiles:
         return VersionedFiles(self.fs, names.topic_meta_dir(self.root, name))
 
+    # ------------------------------------------------------------------ dynamic defaults
+
+    def _defaults_files(self) -> VersionedFiles:
+        return VersionedFiles(self.fs, self.fs.join(self.root, DEFAULTS_DIR))
+
+    def defaults(self) -> dict[str, Any]:
+        """The cluster-wide dynamic topic defaults (module docstring); {} when none."""
+        files = self._defaults_files()
+        if not self.fs.exists(files.directory):
+            return {}
+        found = files.latest()
+        if found is None:
+            return {}
+        version, data = found
+        try:
+            return dict(json.loads(data)["configs"])
+        except (ValueError, KeyError, TypeError) as e:
+            raise CorruptMetadataError(f"{files.path(version)}: unreadable defaults: {e}") from e
+
+    def set_defaults(
+        self, sets: Mapping[str, Any], deletes: Iterable[str] = (), *, replace: bool = False,
+        validate_only: bool = False,
+    ) -> dict[str, Any]:  # fmt: skip
+        """Change the dynamic defaults (checked like a topic's configs) as the next version;
+        returns them."""
+        for key in [*sets, *deletes]:
+            if key not in CONFIG_NAMES:
+                raise InvalidConfigError(f"unknown topic config {key!r}")
+        files = self._defaults_files()
+        for _ in range(10):
+            found = files.latest() if self.fs.exists(files.directory) else None
+            current = {} if replace or found is None else dict(json.loads(found[1])["configs"])
+            for key in deletes:
+                current.pop(key, None)
+            current.update({k: str(v) for k, v in sets.items()})
+            TopicConfig.from_mapping(current)  # InvalidConfigError names a bad value
+            if validate_only:
+                return current
+            self.fs.makedirs(files.directory)
+            data = json.dumps({"format": 1, "configs": current}, indent=1).encode()
+            if files.try_commit(0 if found is None else found[0] + 1, data):
+                return current
+        raise CorruptMetadataError("dynamic topic defaults kept changing concurrently")
+
     def _latest(self, name: str) -> TopicMeta | None:
         files = self._files(name)
         found = files.latest()
         if found is None:
             return None
         version, data = found
-        return TopicMeta.from_json(data, version, files.path(version))
+        return TopicMeta.from_json(data, version, files.path(version), self.defaults())
 
     def create(
         self, name: str, partitions: int = 1, configs: Mapping[str, Any] | None = None
     ) -> TopicMeta:
         names.validate_topic_name(name)
         _check_partitions(partitions)
-        config = TopicConfig.from_mapping(configs)
+        own = _typed(configs or {})
+        config = TopicConfig.from_mapping({**self.defaults(), **own})
         files = self._files(name)
         latest = self._latest(name)
         if latest is not None and not latest.deleted:
             raise TopicExistsError(f"topic {name!r} already exists")
         if latest is not None:
             self._remove_dir(name)
-        meta = TopicMeta(name, uuid.uuid4().hex, partitions, config, int(time.time() * 1000))
+        meta = TopicMeta(
+            name, uuid.uuid4().hex, partitions, config, int(time.time() * 1000), explicit=own
+        )
         self.fs.makedirs(files.directory)
         if not files.try_commit(0, meta.to_json()):
             raise TopicExistsError(f"topic {name!r} already exists (created concurrently)")
@@ -166,6 +238,7 @@ class TopicStore:
             new.created_ms,
             current.version + 1,
             new.deleted,
+            new.explicit,
         )
         if not self._files(current.name).try_commit(new.version, new.to_json()):
             raise CorruptMetadataError(
@@ -187,13 +260,15 @@ class TopicStore:
         (Kafka's AlterConfigs). Names and values are checked first (InvalidConfigError);
         with ``validate_only`` nothing is committed."""
         meta = self.get(name)
-        current = {} if replace else meta.config.non_defaults()
+        current = {} if replace else meta.own_configs
         for key in delete:
             if key not in CONFIG_NAMES:
                 raise InvalidConfigError(f"unknown topic config {key!r}")
             current.pop(key, None)
-        config = TopicConfig.from_mapping({**current, **dict(configs or {})})
-        new = TopicMeta(meta.name, meta.topic_id, meta.partitions, config, meta.created_ms)
+        own = _typed({**current, **dict(configs or {})})
+        config = TopicConfig.from_mapping({**self.defaults(), **own})
+        new = TopicMeta(meta.name, meta.topic_id, meta.partitions, config, meta.created_ms,
+                        explicit=own)  # fmt: skip
         return new if validate_only else self._commit_next(meta, new)
 
     def add_partitions(self, name: str, total: int) -> TopicMeta:
@@ -205,7 +280,15 @@ class TopicStore:
                 "must be larger"
             )
         return self._commit_next(
-            meta, TopicMeta(meta.name, meta.topic_id, total, meta.config, meta.created_ms)
+            meta,
+            TopicMeta(
+                meta.name,
+                meta.topic_id,
+                total,
+                meta.config,
+                meta.created_ms,
+                explicit=meta.own_configs,
+            ),
         )
 
     def delete(self, name: str) -> None:
@@ -219,6 +302,7 @@ class TopicStore:
                 meta.config,
                 meta.created_ms,
                 deleted=True,
+                explicit=meta.own_configs,
             ),
         )
         self._remove_dir(name)

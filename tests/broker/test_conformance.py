@@ -228,3 +228,23 @@ def test_delete_groups_after_static_members_close_waits_for_their_session(
     assert e.value.args[0].name() == "NON_EMPTY_GROUP"  # Kafka's answer too
     time.sleep(7)  # the static member's session expires: the group is empty
     admin.delete_consumer_groups(["static-del"])["static-del"].result(30)
+
+
+def test_per_broker_and_static_broker_configs_are_refused(broker: BrokerProcess) -> None:
+    from confluent_kafka.admin import AlterConfigOpType, ConfigEntry
+
+    admin = _admin(broker)
+    res = ConfigResource(ConfigResource.Type.BROKER, "0")
+    res.add_incremental_config(
+        ConfigEntry("log.retention.ms", "5", incremental_operation=AlterConfigOpType.SET)
+    )
+    with pytest.raises(KafkaException) as e:
+        admin.incremental_alter_configs([res])[res].result(30)
+    assert e.value.args[0].name() == "INVALID_REQUEST"
+    assert "--entity-default" in e.value.args[0].str()
+    with KafkaClient(broker.bootstrap) as c:  # (librdkafka cannot name the default broker)
+        r = c.request(wire.ApiKey.INCREMENTAL_ALTER_CONFIGS, 1, {"validate_only": False,
+            "resources": [{"resource_type": 4, "resource_name": "", "configs": [
+                {"name": "num.partitions", "config_operation": 0, "value": "5"}]}]})  # fmt: skip
+    assert int(r.responses[0].error_code) == 42  # INVALID_REQUEST
+    assert "TOML" in r.responses[0].error_message

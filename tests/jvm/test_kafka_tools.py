@@ -131,6 +131,33 @@ def test_config_command_alters_and_describes_topic_configs(broker: BrokerProcess
     assert "retention.ms=5000" not in out
 
 
+def test_config_command_sets_cluster_wide_topic_defaults(broker: BrokerProcess) -> None:
+    """``--entity-type brokers --entity-default``: the dynamic default of a topic config,
+    followed at once by every topic without its own value, as in Kafka."""
+    from confluent_kafka.admin import AdminClient, ConfigResource, ConfigSource
+
+    kafka_tool(TOPIC_COMMAND, *_bs(broker), "--create", "--topic", "inherits")
+    kafka_tool(TOPIC_COMMAND, *_bs(broker), "--create", "--topic", "owns", "--config",
+               "retention.ms=1000")  # fmt: skip
+    kafka_tool(CONFIG_COMMAND, *_bs(broker), "--entity-type", "brokers", "--entity-default",
+               "--alter", "--add-config", "log.retention.ms=7200000")  # fmt: skip
+    out = kafka_tool(CONFIG_COMMAND, *_bs(broker), "--entity-type", "brokers",
+                     "--entity-default", "--describe").stdout  # fmt: skip
+    assert "log.retention.ms=7200000" in out
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+
+    def retention(topic: str) -> tuple[str, str]:
+        res = ConfigResource(ConfigResource.Type.TOPIC, topic)
+        entry = admin.describe_configs([res])[res].result(30)["retention.ms"]
+        return entry.value, ConfigSource(entry.source).name
+
+    assert retention("inherits") == ("7200000", "DYNAMIC_DEFAULT_BROKER_CONFIG")
+    assert retention("owns") == ("1000", "DYNAMIC_TOPIC_CONFIG")
+    kafka_tool(CONFIG_COMMAND, *_bs(broker), "--entity-type", "brokers", "--entity-default",
+               "--alter", "--delete-config", "log.retention.ms")  # fmt: skip
+    assert retention("inherits") == ("604800000", "DEFAULT_CONFIG")
+
+
 def _events(out: str) -> list[dict[str, object]]:
     return [json.loads(ln) for ln in out.splitlines() if ln.startswith("{")]
 

@@ -182,3 +182,22 @@ def test_storage_reader_reads_a_topic_partition(fs: LocalFileSystem, root: str) 
     storage.topics.create("t", 1)
     storage.open_log("t", 0).append(records(0, 4))
     assert values(storage.reader("t", 0).view().batches(0)) == [b"v0", b"v1", b"v2", b"v3"]
+
+
+def test_dynamic_defaults_reach_topics_without_their_own_and_are_never_copied(
+    fs: LocalFileSystem, root: str
+) -> None:
+    from sparklog.errors import InvalidConfigError
+
+    store = TopicStore(fs, root)
+    store.create("plain", 1)
+    store.create("own", 1, {"retention.ms": "1000"})
+    store.set_defaults({"retention.ms": "7200000"})
+    assert store.get("plain").config.retention_ms == 7_200_000
+    assert store.get("own").config.retention_ms == 1000
+    store.alter_configs("plain", {"segment.bytes": "1048576"})  # an unrelated change
+    assert store.get("plain").own_configs == {"segment.bytes": 1048576}
+    store.set_defaults({}, ["retention.ms"])
+    assert store.get("plain").config.retention_ms == 7 * 24 * 3600 * 1000
+    with pytest.raises(InvalidConfigError):
+        store.set_defaults({"retention.ms": "-5"})

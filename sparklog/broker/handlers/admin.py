@@ -4,8 +4,13 @@ IncrementalAlterConfigs.
 Config changes apply to topics (Kafka's names and ranges, ``sparklog.storage.config``):
 AlterConfigs replaces a topic's configs with the ones given (the rest return to their
 defaults); IncrementalAlterConfigs sets, deletes (back to the default), or appends to and
-subtracts from the list config ``cleanup.policy``. Broker configs are static (the TOML file):
-changing one is refused with INVALID_REQUEST naming the file.
+subtracts from the list config ``cleanup.policy``. On the *default* broker resource (name
+"", ``kafka-configs --entity-type brokers --entity-default``) they change the cluster-wide
+dynamic defaults of topic configs, by Kafka's broker names (``log.retention.ms``...,
+``BROKER_TOPIC_DEFAULTS``): every topic that does not set the config itself follows at
+once, as in Kafka (``TopicStore.set_defaults``). Per-broker values are refused (brokers
+share one storage, so a default is the cluster's), and so are the other broker settings:
+they are static (the TOML file), and INVALID_REQUEST names it.
 """
 
 from __future__ import annotations
@@ -31,7 +36,27 @@ from sparklog.storage.topics import TopicMeta
 TOPIC_RESOURCE = 2
 BROKER_RESOURCE = 4
 SOURCE_TOPIC = 1  # DYNAMIC_TOPIC_CONFIG
+SOURCE_DYNAMIC_DEFAULT = 3  # DYNAMIC_DEFAULT_BROKER_CONFIG
+SOURCE_STATIC = 4  # STATIC_BROKER_CONFIG
 SOURCE_DEFAULT = 5  # DEFAULT_CONFIG
+#: Kafka's broker-level defaults of topic configs -> the topic configs they default
+BROKER_TOPIC_DEFAULTS = {
+    "log.retention.ms": "retention.ms",
+    "log.retention.bytes": "retention.bytes",
+    "log.segment.bytes": "segment.bytes",
+    "log.roll.ms": "segment.ms",
+    "log.cleanup.policy": "cleanup.policy",
+    "message.max.bytes": "max.message.bytes",
+    "compression.type": "compression.type",
+    "log.cleaner.min.compaction.lag.ms": "min.compaction.lag.ms",
+    "log.cleaner.max.compaction.lag.ms": "max.compaction.lag.ms",
+    "log.cleaner.delete.retention.ms": "delete.retention.ms",
+    "log.cleaner.min.cleanable.ratio": "min.cleanable.dirty.ratio",
+    "log.message.timestamp.type": "message.timestamp.type",
+    "log.index.interval.bytes": "index.interval.bytes",
+    "log.segment.delete.delay.ms": "file.delete.delay.ms",
+}
+_TOPIC_TO_BROKER = {v: k for k, v in BROKER_TOPIC_DEFAULTS.items()}
 _TYPE_STRING, _TYPE_INT, _TYPE_LONG, _TYPE_DOUBLE, _TYPE_LIST = 2, 3, 5, 6, 7
 _CONFIG_TYPES = {
     "cleanup.policy": _TYPE_LIST,
@@ -44,8 +69,11 @@ _CONFIG_TYPES = {
 }
 
 
-def _config_entries(meta: TopicMeta, keys: Any) -> list[dict[str, Any]]:
-    explicit = meta.config.non_defaults()
+def _config_entries(
+    meta: TopicMeta, keys: Any, dynamic: dict[str, Any] | None = None
+) -> list[dict[str, Any]]:
+    explicit = meta.own_configs
+    dynamic = dynamic or {}
     out = []
     for name, value in meta.config.to_mapping().items():
         if keys and name not in keys:
@@ -55,8 +83,14 @@ def _config_entries(meta: TopicMeta, keys: Any) -> list[dict[str, Any]]:
                 "name": name,
                 "value": str(value),
                 "read_only": False,
-                "config_source": SOURCE_TOPIC if name in explicit else SOURCE_DEFAULT,
-                "is_default": name not in explicit,
+                "config_source": (
+                    SOURCE_TOPIC
+                    if name in explicit
+                    else SOURCE_DYNAMIC_DEFAULT
+                    if name in dynamic
+                    else SOURCE_DEFAULT
+                ),
+                "is_default": name not in explicit and name not in dynamic,
                 "is_sensitive": False,
                 "synonyms": [],
                 "config_type": _CONFIG_TYPES.get(name, _TYPE_LONG),
@@ -226,7 +260,8 @@ async def describe_configs(ctx: RequestContext, header: Any, req: Any) -> dict[s
         try:
             if r.resource_type == TOPIC_RESOURCE:
                 meta = ctx.manager.topic(r.resource_name)
-                entry["configs"] = _config_entries(meta, r.configuration_keys)
+                dynamic = ctx.manager.storage.topics.defaults()
+                entry["configs"] = _config_entries(meta, r.configuration_keys, dynamic)
             elif r.resource_type == BROKER_RESOURCE:
                 cfg = ctx.manager.config
                 broker = {
@@ -235,18 +270,24 @@ async def describe_configs(ctx: RequestContext, header: Any, req: Any) -> dict[s
                     "num.partitions": str(cfg.num_partitions),
                     "socket.request.max.bytes": str(cfg.socket_request_max_bytes),
                 }
+                rows = [(k, v, True, SOURCE_STATIC) for k, v in broker.items()]
+                rows += [
+                    (_TOPIC_TO_BROKER[k], str(v), False, SOURCE_DYNAMIC_DEFAULT)
+                    for k, v in sorted(ctx.manager.storage.topics.defaults().items())
+                    if k in _TOPIC_TO_BROKER
+                ]
                 entry["configs"] = [
                     {
                         "name": k,
                         "value": v,
-                        "read_only": True,
-                        "config_source": 4,  # STATIC_BROKER_CONFIG
+                        "read_only": read_only,
+                        "config_source": source,
                         "is_sensitive": False,
                         "synonyms": [],
                         "config_type": _TYPE_STRING,
                         "documentation": None,
                     }
-                    for k, v in broker.items()
+                    for k, v, read_only, source in rows
                     if not r.configuration_keys or k in r.configuration_keys
                 ]
             else:
@@ -262,6 +303,7 @@ async def describe_configs(ctx: RequestContext, header: Any, req: Any) -> dict[s
 
 OP_SET, OP_DELETE, OP_APPEND, OP_SUBTRACT = 0, 1, 2, 3
 _LIST_CONFIGS = {"cleanup.policy"}
+BROKER_LISTS = {"log.cleanup.policy"}
 
 
 def _alter_entry(r: Any) -> dict[str, Any]:
@@ -273,14 +315,25 @@ def _alter_entry(r: Any) -> dict[str, Any]:
     }
 
 
-def _refuse_non_topic(r: Any, entry: dict[str, Any]) -> bool:
+def _refuse_unsupported(r: Any, entry: dict[str, Any]) -> bool:
+    """Refuse what cannot be altered (see the module docstring); True if refused."""
     if r.resource_type == TOPIC_RESOURCE:
         return False
-    why = (
-        "broker configs are static: edit the broker's TOML file (--config) and restart"
-        if r.resource_type == BROKER_RESOURCE
-        else f"resource type {r.resource_type} is not supported"
-    )
+    if r.resource_type == BROKER_RESOURCE and r.resource_name == "":
+        static = sorted(c.name for c in r.configs if c.name not in BROKER_TOPIC_DEFAULTS)
+        if not static:
+            return False
+        why = (
+            f"broker configs {static} are static: edit the broker's TOML file (--config) and "
+            f"restart; dynamic: {sorted(BROKER_TOPIC_DEFAULTS)}"
+        )
+    elif r.resource_type == BROKER_RESOURCE:
+        why = (
+            "per-broker configs are static (the broker's TOML file); topic defaults such as "
+            "log.retention.ms are cluster-wide: set them with --entity-default"
+        )
+    else:
+        why = f"resource type {r.resource_type} is not supported"
     entry.update(error_code=ErrorCode.invalid_request, error_message=why)
     return True
 
@@ -303,14 +356,24 @@ def _alter_each(ctx: RequestContext, req: Any, change: ConfigChange) -> dict[str
     out = []
     for r in req.resources:
         entry = _alter_entry(r)
-        if not _refuse_non_topic(r, entry):
+        if not _refuse_unsupported(r, entry):
             try:
                 _unique_names(r)
                 sets, deletes, replace = change(r)
-                ctx.manager.alter_configs(
-                    r.resource_name, sets, deletes,
-                    replace=replace, validate_only=bool(req.validate_only),
-                )  # fmt: skip
+                validate_only = bool(req.validate_only)
+                if r.resource_type == BROKER_RESOURCE:
+                    ctx.manager.storage.topics.set_defaults(
+                        {BROKER_TOPIC_DEFAULTS[k]: v for k, v in sets.items()},
+                        [BROKER_TOPIC_DEFAULTS[k] for k in deletes],
+                        replace=replace, validate_only=validate_only,
+                    )  # fmt: skip
+                    if not validate_only:
+                        ctx.manager.sync_topics()  # open logs follow at once
+                else:
+                    ctx.manager.alter_configs(
+                        r.resource_name, sets, deletes,
+                        replace=replace, validate_only=validate_only,
+                    )  # fmt: skip
             except (SparkLogError, ValueError) as e:
                 entry.update(error_code=error_code(e), error_message=str(e))
         out.append(entry)
@@ -324,11 +387,13 @@ async def alter_configs(ctx: RequestContext, header: Any, req: Any) -> dict[str,
     )
 
 
-def _incremental(meta: TopicMeta, ops: Any) -> tuple[dict[str, str], list[str]]:
-    """The sets and deletes of IncrementalAlterConfigs operations on ``meta``'s configs."""
+def _incremental(
+    current: dict[str, str], ops: Any, lists: set[str]
+) -> tuple[dict[str, str], list[str]]:
+    """The sets and deletes of IncrementalAlterConfigs operations on ``current`` configs
+    (``lists``: the list configs APPEND and SUBTRACT apply to)."""
     sets: dict[str, str] = {}
     deletes: list[str] = []
-    current = {k: str(v) for k, v in meta.config.to_mapping().items()}
     for c in ops:
         op = int(c.config_operation)
         if op == OP_SET:
@@ -338,10 +403,9 @@ def _incremental(meta: TopicMeta, ops: Any) -> tuple[dict[str, str], list[str]]:
         elif op == OP_DELETE:
             deletes.append(c.name)
         elif op in (OP_APPEND, OP_SUBTRACT):
-            if c.name not in _LIST_CONFIGS:
+            if c.name not in lists:
                 raise InvalidConfigError(
-                    f"config {c.name!r} is not a list: APPEND and SUBTRACT apply to "
-                    f"{sorted(_LIST_CONFIGS)}"
+                    f"config {c.name!r} is not a list: APPEND and SUBTRACT apply to {sorted(lists)}"
                 )
             items = [v for v in current.get(c.name, "").split(",") if v]
             given = [v.strip() for v in (c.value or "").split(",") if v.strip()]
@@ -361,7 +425,12 @@ async def incremental_alter_configs(ctx: RequestContext, header: Any, req: Any) 
     """IncrementalAlterConfigs: SET, DELETE, APPEND, SUBTRACT on the topic's configs."""
 
     def change(r: Any) -> tuple[dict[str, str], list[str], bool]:
-        sets, deletes = _incremental(ctx.manager.topic(r.resource_name), r.configs)
-        return sets, deletes, False
+        if r.resource_type == BROKER_RESOURCE:
+            dynamic = ctx.manager.storage.topics.defaults()
+            current = {_TOPIC_TO_BROKER[k]: str(v) for k, v in dynamic.items()}
+            return (*_incremental(current, r.configs, BROKER_LISTS), False)
+        meta = ctx.manager.topic(r.resource_name)
+        current = {k: str(v) for k, v in meta.config.to_mapping().items()}
+        return (*_incremental(current, r.configs, _LIST_CONFIGS), False)
 
     return _alter_each(ctx, req, change)
