@@ -32,7 +32,6 @@ from dataclasses import dataclass
 import pyarrow as pa
 
 from sparklog.broker.partitions import PartitionManager
-from sparklog.errors import TopicExistsError, UnknownTopicError
 from sparklog.storage.producers import ProducerBatch
 from sparklog.storage.records import CONTROL, CONTROL_COMMIT, TRANSACTIONAL, control_type
 
@@ -80,17 +79,7 @@ class OffsetStore:
 
     def ensure_topic(self) -> int:
         """Create ``__consumer_offsets`` if missing; its partition count."""
-        try:
-            meta = self.manager.topic(OFFSETS_TOPIC)
-        except UnknownTopicError:
-            try:
-                meta = self.manager.create_topic(
-                    OFFSETS_TOPIC, OFFSETS_PARTITIONS,
-                    {"cleanup.policy": "compact", "segment.bytes": str(64 * 1024 * 1024)},
-                )  # fmt: skip
-            except TopicExistsError:  # another broker of the cluster created it first
-                meta = self.manager.topic(OFFSETS_TOPIC)
-        return meta.partitions
+        return self.manager.ensure_internal_topic(OFFSETS_TOPIC, OFFSETS_PARTITIONS)
 
     def load(self) -> None:
         """Embedded mode: replay every partition of ``__consumer_offsets``."""

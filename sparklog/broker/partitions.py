@@ -19,6 +19,7 @@ from sparklog.broker.producer_ids import ProducerIdAllocator
 from sparklog.errors import (
     FencedLeaderEpochError,
     NotLeaderError,
+    TopicExistsError,
     UnknownLeaderEpochError,
     UnknownTopicError,
 )
@@ -125,6 +126,21 @@ class PartitionManager:
         )
         self._topics[name] = meta
         return meta
+
+    def ensure_internal_topic(self, name: str, partitions: int) -> int:
+        """Create an internal compacted topic (``__consumer_offsets``,
+        ``__transaction_state``) if missing; its partition count."""
+        try:
+            meta = self.topic(name)
+        except UnknownTopicError:
+            try:
+                meta = self.create_topic(
+                    name, partitions,
+                    {"cleanup.policy": "compact", "segment.bytes": str(64 * 1024 * 1024)},
+                )  # fmt: skip
+            except TopicExistsError:  # another broker of the cluster created it first
+                meta = self.topic(name)
+        return meta.partitions
 
     def auto_create(self, name: str) -> TopicMeta:
         """The topic, created with the broker defaults if missing and auto creation is on."""

@@ -63,7 +63,6 @@ from sparklog.errors import (
     InvalidTxnStateError,
     ProducerFencedError,
     SparkLogError,
-    TopicExistsError,
     TransactionalIdNotFoundError,
     UnknownTopicError,
 )
@@ -170,17 +169,7 @@ class TransactionCoordinator:
 
     def ensure_topic(self) -> int:
         """Create ``__transaction_state`` if missing; its partition count."""
-        try:
-            meta = self.manager.topic(TXN_TOPIC)
-        except UnknownTopicError:
-            try:
-                meta = self.manager.create_topic(
-                    TXN_TOPIC, TXN_PARTITIONS,
-                    {"cleanup.policy": "compact", "segment.bytes": str(64 * 1024 * 1024)},
-                )  # fmt: skip
-            except TopicExistsError:  # another broker of the cluster created it first
-                meta = self.manager.topic(TXN_TOPIC)
-        return meta.partitions
+        return self.manager.ensure_internal_topic(TXN_TOPIC, TXN_PARTITIONS)
 
     def load(self) -> None:
         """Embedded mode: replay every partition of ``__transaction_state``."""

@@ -377,31 +377,54 @@ def write_task(
         else:
             pid, epoch = producer.init_producer_id()
         seqs = {t: dict(ps) for t, ps in (state.next_sequence if state else {}).items()}
-        counts: dict[str, int] = {}
-        rr: dict[str, int] = {}
-        streams: dict[tuple[str, int], PartitionStream] = {}
-        for batch in batches:
-            if not batch.num_rows:
-                continue
-            for topic, p, rows in _route(producer, opts, normalise(batch, opts.topic), task,
-                                         counts, rr):  # fmt: skip
-                stream = streams.get((topic, p))
-                if stream is None:
-                    first = seqs.get(topic, {}).get(p, 0)
-                    stream = streams[(topic, p)] = PartitionStream(
-                        topic, p, first, pid, epoch, batch_bytes=opts.batch_bytes
-                    )
-                stream.add(rows)
-            if producer.send({k: s.take_batches(final=False) for k, s in streams.items()}, pid):
-                crashpoints.hit("sink.after_first_send")
-        if producer.send({k: s.take_batches(final=True) for k, s in streams.items()}, pid):
-            crashpoints.hit("sink.after_first_send")
+
+        def stream(topic: str, p: int) -> PartitionStream:
+            first = seqs.get(topic, {}).get(p, 0)
+            return PartitionStream(topic, p, first, pid, epoch, batch_bytes=opts.batch_bytes)
+
+        streams = _write_streams(producer, opts, batches, task, pid, stream)
     for (topic, p), s in streams.items():
         seqs.setdefault(topic, {})[p] = s.next_sequence
     if store is not None and batch_id is not None:
         store.save(SinkState(batch_id, pid, epoch, seqs))
         crashpoints.hit("sink.after_state")
     return SinkCommit({f"{t}-{p}": s.records for (t, p), s in sorted(streams.items())})
+
+
+def _write_streams(
+    producer: SinkProducer,
+    opts: WriteOptions,
+    batches: Iterator[pa.RecordBatch],
+    task: int,
+    pid: int,
+    new_stream: Callable[[str, int], PartitionStream],
+    before_send: Callable[[list[tuple[str, int]]], None] | None = None,
+) -> dict[tuple[str, int], PartitionStream]:
+    """Route the task's rows to partition streams (``new_stream`` makes one) and send
+    their batches as they fill, then the rest; ``before_send`` learns the partitions of
+    each send first (a transaction adds them)."""
+    counts: dict[str, int] = {}
+    rr: dict[str, int] = {}
+    streams: dict[tuple[str, int], PartitionStream] = {}
+
+    def send(final: bool) -> None:
+        queues = {k: s.take_batches(final=final) for k, s in streams.items()}
+        if before_send is not None:
+            before_send([k for k, q in queues.items() if q])
+        if producer.send(queues, pid):
+            crashpoints.hit("sink.after_first_send")
+
+    for batch in batches:
+        if not batch.num_rows:
+            continue
+        for topic, p, rows in _route(producer, opts, normalise(batch, opts.topic), task,
+                                     counts, rr):  # fmt: skip
+            if (topic, p) not in streams:
+                streams[(topic, p)] = new_stream(topic, p)
+            streams[(topic, p)].add(rows)
+        send(final=False)
+    send(final=True)
+    return streams
 
 
 def _route(
@@ -439,28 +462,14 @@ def _write_transactional(
             for _ in batches:  # committed before this replay: drain the input, send nothing
                 pass
             return SinkCommit({}, replayed=True)
-        counts: dict[str, int] = {}
-        rr: dict[str, int] = {}
-        streams: dict[tuple[str, int], PartitionStream] = {}
-        for batch in batches:
-            if not batch.num_rows:
-                continue
-            for topic, p, rows in _route(producer, opts, normalise(batch, opts.topic), task,
-                                         counts, rr):  # fmt: skip
-                stream = streams.get((topic, p))
-                if stream is None:
-                    stream = streams[(topic, p)] = PartitionStream(
-                        topic, p, 0, pid, epoch, batch_bytes=opts.batch_bytes, transactional=True
-                    )
-                stream.add(rows)
-            queues = {k: s.take_batches(final=False) for k, s in streams.items()}
-            producer.add_partitions([k for k, q in queues.items() if q])
-            if producer.send(queues, pid):
-                crashpoints.hit("sink.after_first_send")
-        queues = {k: s.take_batches(final=True) for k, s in streams.items()}
-        producer.add_partitions([k for k, q in queues.items() if q])
-        if producer.send(queues, pid):
-            crashpoints.hit("sink.after_first_send")
+
+        def stream(topic: str, p: int) -> PartitionStream:
+            return PartitionStream(topic, p, 0, pid, epoch, batch_bytes=opts.batch_bytes,
+                                   transactional=True)  # fmt: skip
+
+        streams = _write_streams(
+            producer, opts, batches, task, pid, stream, before_send=producer.add_partitions
+        )
         producer.commit(group if batch_id is not None else None, task, (batch_id or 0) + 1)
         crashpoints.hit("sink.after_commit")
     return SinkCommit({f"{t}-{p}": s.records for (t, p), s in sorted(streams.items())})
