@@ -32,8 +32,8 @@ from dataclasses import dataclass
 import pyarrow as pa
 
 from sparklog.broker.partitions import PartitionManager
+from sparklog.storage.control import CONTROL, CONTROL_COMMIT, TRANSACTIONAL, control_type
 from sparklog.storage.producers import ProducerBatch
-from sparklog.storage.records import CONTROL, CONTROL_COMMIT, TRANSACTIONAL, control_type
 
 log = logging.getLogger(__name__)
 

@@ -33,10 +33,11 @@ import pyarrow.compute as pc
 
 from sparklog.errors import CompactionOutputError
 from sparklog.storage import crashpoints, names
+from sparklog.storage.control import CONTROL
 from sparklog.storage.fs import FileSystem
 from sparklog.storage.manifest import NO_TIMESTAMP
 from sparklog.storage.producers import AbortedTxn
-from sparklog.storage.records import CONTROL, RECORD_SCHEMA
+from sparklog.storage.records import RECORD_SCHEMA
 from sparklog.storage.sealed import ROW_GROUP_ROWS, SealedSegment, SealedStats, SealedWriter
 from sparklog.storage.store import filesystem_for
 from sparklog.storage.txnindex import TxnIndex, visible

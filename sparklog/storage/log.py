@@ -58,19 +58,13 @@ from sparklog.storage import checkpoints, crashpoints, gc, names, recovery, tran
 from sparklog.storage.active import FILE_HEADER_SIZE, ActiveSegment
 from sparklog.storage.checkpoints import LogPosition
 from sparklog.storage.config import TopicConfig
+from sparklog.storage.control import CONTROL, TRANSACTIONAL
 from sparklog.storage.durability import GroupCommit
 from sparklog.storage.fs import FileSystem
 from sparklog.storage.manifest import Manifest, ManifestStore, SegmentInfo
 from sparklog.storage.producers import ProducerBatch, ProducerStates, write_snapshot
 from sparklog.storage.reader import DEFAULT_MAX_BYTES, LogView
-from sparklog.storage.records import (
-    CONTROL,
-    TRANSACTIONAL,
-    AppendResult,
-    control_record,
-    normalize,
-    payload_bytes,
-)
+from sparklog.storage.records import AppendResult, control_record, normalize, payload_bytes
 from sparklog.storage.sealed import (
     ROW_GROUP_ROWS,
     SealedSegment,

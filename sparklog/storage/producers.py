@@ -65,6 +65,7 @@ from sparklog.errors import (
     UnknownProducerError,
 )
 from sparklog.storage import names
+from sparklog.storage.control import CONTROL, CONTROL_COMMIT, TRANSACTIONAL, control_type
 from sparklog.storage.fs import FileSystem
 
 log = logging.getLogger(__name__)
@@ -301,8 +302,6 @@ class ProducerStates:
     def _replay_transactional(self, batch: pa.RecordBatch) -> None:
         """``replay`` of a batch with transactional or control records, record by record
         (transactions are rare next to plain batches)."""
-        from sparklog.storage.records import CONTROL, CONTROL_COMMIT, TRANSACTIONAL, control_type
-
         keys = batch.column("key").to_pylist() if "key" in batch.schema.names else None
         rows = zip(
             batch.column("offset").to_pylist(),

@@ -25,8 +25,9 @@ A **control record** (``control_record``) is a transaction marker, as in Kafka: 
 abort, 1 commit) and value ``version i16 (=0) | coordinator epoch i32``, big-endian. Control
 records hold offsets like any record but are never shown to a consumer.
 
-Segments written before ``attributes`` existed (active format 1, and Parquet files without
-the column) are read as if every record had attributes 0 (``with_attributes``).
+The bits and the control key and value layouts are ``sparklog.storage.control``'s. Segments
+written before ``attributes`` existed (active format 1, and Parquet files without the
+column) are read as if every record had attributes 0 (``with_attributes``).
 """
 
 from __future__ import annotations
@@ -40,6 +41,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from sparklog.errors import InvalidRecordsError
+from sparklog.storage.control import (
+    CONTROL_ABORT,
+    CONTROL_COMMIT,
+    TRANSACTIONAL,
+    control_key,
+    control_value,
+)
 from sparklog.storage.producers import SEQ_MOD, ProducerBatch
 
 CREATE_TIME = 0
@@ -65,12 +73,6 @@ RECORD_SCHEMA = pa.schema(
 )
 #: the schema of segments written before ``attributes`` (active segment format 1)
 SCHEMA_V1 = pa.schema(list(RECORD_SCHEMA)[:-1])
-TRANSACTIONAL = 0x10
-CONTROL = 0x20
-CONTROL_ABORT = 0
-CONTROL_COMMIT = 1
-_CONTROL_KEY = struct.Struct(">hh")
-_CONTROL_VALUE = struct.Struct(">hi")
 PRODUCER_COLUMNS = ("producer_id", "producer_epoch", "sequence")
 INPUT_COLUMNS = tuple(
     f.name
@@ -235,19 +237,11 @@ def with_attributes(batch: pa.RecordBatch) -> pa.RecordBatch:
 def control_record(commit: bool, coordinator_epoch: int) -> pa.RecordBatch:
     """The input batch of one transaction marker (see the module docstring); the log adds
     the producer columns and the control bits (``PartitionLog.append_marker``)."""
-    key = _CONTROL_KEY.pack(0, CONTROL_COMMIT if commit else CONTROL_ABORT)
-    value = _CONTROL_VALUE.pack(0, coordinator_epoch)
+    key = control_key(CONTROL_COMMIT if commit else CONTROL_ABORT)
+    value = control_value(coordinator_epoch)
     return pa.RecordBatch.from_pydict(
         {"key": pa.array([key], pa.binary()), "value": pa.array([value], pa.binary())}
     )
-
-
-def control_type(key: bytes | None) -> int:
-    """A control record's type (``CONTROL_ABORT``, ``CONTROL_COMMIT``) from its key; -1
-    for a key that is not a control key."""
-    if key is None or len(key) < _CONTROL_KEY.size:
-        return -1
-    return int(_CONTROL_KEY.unpack_from(key)[1])
 
 
 def _data_bytes(col: pa.Array) -> int:

@@ -28,9 +28,9 @@ import pyarrow.compute as pc
 
 from sparklog.errors import CorruptMetadataError
 from sparklog.storage import names
+from sparklog.storage.control import CONTROL
 from sparklog.storage.fs import FileSystem
 from sparklog.storage.producers import AbortedTxn
-from sparklog.storage.records import CONTROL
 
 TXN_FILE = "transactions.checkpoint"
 _TXN_EPOCH = "transactions.e{:011d}.checkpoint"

@@ -17,8 +17,9 @@ from sparklog.kafka.records import (
     encode_batches,
     split_batches,
 )
+from sparklog.storage.control import CONTROL, TRANSACTIONAL
 from sparklog.storage.producers import ProducerBatch
-from sparklog.storage.records import CONTROL, TRANSACTIONAL, make_records, normalize
+from sparklog.storage.records import make_records, normalize
 
 
 def _records(n: int) -> list[tuple[int, int, bytes | None, bytes | None, list[tuple[str, bytes]]]]:

@@ -11,11 +11,12 @@ import pytest
 
 from sparklog.errors import InvalidProducerEpochError
 from sparklog.storage import names
+from sparklog.storage.control import CONTROL, TRANSACTIONAL, control_type
 from sparklog.storage.fs.local import LocalFileSystem
 from sparklog.storage.log import PartitionLog
 from sparklog.storage.producers import AbortedTxn, ProducerBatch
 from sparklog.storage.reader import PartitionReader
-from sparklog.storage.records import CONTROL, TRANSACTIONAL, control_type, make_records
+from sparklog.storage.records import make_records
 
 from .helpers import open_log, values
 
