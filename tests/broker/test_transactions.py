@@ -293,3 +293,51 @@ def test_require_stable_offset_fetch_waits_for_the_transaction(broker: BrokerPro
             time.sleep(0.05)
         assert int(r.topics[0].partitions[0].committed_offset) == 7
     c.close()
+
+
+def test_aiokafkas_transactional_producer_and_read_committed_consumer(
+    broker: BrokerProcess,
+) -> None:
+    import asyncio
+
+    from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+
+    async def run() -> list[bytes]:
+        p = AIOKafkaProducer(bootstrap_servers=broker.bootstrap, transactional_id="aio-tid")
+        await p.start()
+        try:
+            async with p.transaction():
+                await p.send_and_wait(TOPIC, b"aio-commit", partition=0)
+            await p.begin_transaction()
+            await p.send_and_wait(TOPIC, b"aio-abort", partition=0)
+            await p.abort_transaction()
+        finally:
+            await p.stop()
+        c = AIOKafkaConsumer(
+            TOPIC, bootstrap_servers=broker.bootstrap, auto_offset_reset="earliest",
+            isolation_level="read_committed",
+        )  # fmt: skip
+        await c.start()
+        try:
+            batches = await c.getmany(timeout_ms=5000)
+            return [m.value for msgs in batches.values() for m in msgs]
+        finally:
+            await c.stop()
+
+    assert asyncio.run(run()) == [b"aio-commit"]
+
+
+def test_kafka_pythons_transactional_producer(broker: BrokerProcess) -> None:
+    from kafka import KafkaProducer
+
+    p = KafkaProducer(bootstrap_servers=broker.bootstrap, transactional_id="kp-tid")
+    p.init_transactions()
+    p.begin_transaction()
+    p.send(TOPIC, b"kp-commit", partition=1)
+    p.commit_transaction()
+    p.begin_transaction()
+    p.send(TOPIC, b"kp-abort", partition=1)
+    p.flush()
+    p.abort_transaction()
+    p.close()
+    assert _values(_consume(broker, "read_committed")) == [b"kp-commit"]
