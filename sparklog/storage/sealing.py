@@ -48,6 +48,13 @@ class SealingMixin:
         def run() -> list[str]:
             try:
                 return self.seal_pending()
+            except FileNotFoundError:
+                if self.fs.exists(self.path):
+                    log.exception("%s: sealing failed", self.label)
+                    raise
+                # the partition's directory is gone (its topic was deleted): nothing to seal
+                log.info("%s: sealing abandoned: %s no longer exists", self.label, self.path)
+                return []
             except Exception:
                 # the segment stays rolled and readable as .arrow; the next roll or open
                 # seals it again
