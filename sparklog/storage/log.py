@@ -466,6 +466,7 @@ class PartitionLog(SealingMixin):
                 live = latest.names()
                 for name in [n for n in self._sealed_cache if n not in live]:
                     del self._sealed_cache[name]
+                self._producers.trim(latest.log_start_offset)
             return self._manifest
 
     def delete_records(self, before_offset: int) -> int:
@@ -479,6 +480,7 @@ class PartitionLog(SealingMixin):
                     f"high watermark {self.high_watermark}"
                 )
             self._manifest = self._commit_fenced(transforms.DeleteRecords(before_offset))
+            self._producers.trim(self._manifest.log_start_offset)
             return self._manifest.log_start_offset
 
     def collect_garbage(self, orphan_grace_ms: int = ORPHAN_GRACE_MS) -> gc.GcReport:

@@ -155,3 +155,15 @@ def test_format_1_segments_read_with_attributes_zero_and_roll_before_appends(
     again.append(make_records([b"new"]))
     assert [s.base_offset for s in again.manifest.segments][-1] == 2  # rolled first
     assert values(again.batches(0)) == [b"old-1", b"old-2", b"new"]
+
+
+def test_aborted_transactions_below_the_log_start_are_forgotten(
+    fs: LocalFileSystem, root: str
+) -> None:
+    plog = open_log(fs, root)
+    txn(plog, 0, b"gone")
+    plog.append_marker(PID, 0, commit=False, coordinator_epoch=0)
+    plog.append(make_records([b"kept"]))
+    assert plog.view().txn.aborted == (AbortedTxn(PID, 0, 1),)
+    plog.delete_records(2)
+    assert plog.view().txn.aborted == ()
