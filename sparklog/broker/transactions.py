@@ -326,12 +326,13 @@ class TransactionCoordinator:
     def check_partitions(self, partitions: Iterable[Partition]) -> dict[Partition, SparkLogError]:
         """Partitions that do not exist, with why."""
         errors: dict[Partition, SparkLogError] = {}
-        topics = self.manager.topics()
         for t, p in partitions:
-            meta = topics.get(t)
-            if meta is None:
+            try:
+                meta = self.manager.topic(t)
+            except (UnknownTopicError, ValueError):
                 errors[(t, p)] = UnknownTopicError(f"topic {t!r} does not exist")
-            elif not 0 <= p < meta.partitions:
+                continue
+            if not 0 <= p < meta.partitions:
                 errors[(t, p)] = UnknownTopicError(f"{t} has no partition {p}")
         return errors
 
@@ -463,12 +464,6 @@ class TransactionCoordinator:
         if meta is None:
             raise TransactionalIdNotFoundError(f"no transactional id {tid!r}")
         return meta
-
-    def pending_partitions(self, producer_id: int) -> frozenset[Partition]:
-        for meta in self.txns.values():
-            if meta.producer_id == producer_id and meta.state == ONGOING:
-                return meta.partitions
-        return frozenset()
 
     def verify(self, tid: str, producer_id: int, epoch: int, partition: Partition) -> None:
         """KIP-890's check of a transactional produce, where this broker coordinates the

@@ -23,7 +23,7 @@ record, ``sparklog.storage.records``) closes it. A marker's epoch may be above t
 producer's (the coordinator fenced it), never below. An aborted transaction is kept as
 ``AbortedTxn(producer id, first offset, last offset = the marker's)``: Fetch returns those
 that overlap what it reads, so a ``read_committed`` consumer drops their records. The last
-stable offset (``last_stable_offset``) is the first offset of the oldest open transaction,
+stable offset (``txnindex.TxnIndex``) is the first offset of the oldest open transaction,
 or the high watermark when none is open. Retention forgets aborted transactions wholly
 below the log start (``trim``).
 
@@ -168,14 +168,6 @@ class ProducerStates:
              self.open_txns.get(pid, -1))
             for pid, e in sorted(self.producers.items())
         ]  # fmt: skip
-
-    def last_stable_offset(self, high_watermark: int) -> int:
-        """The first offset of the oldest open transaction, or ``high_watermark``."""
-        return min(min(self.open_txns.values(), default=high_watermark), high_watermark)
-
-    def aborted_between(self, start: int, end: int) -> list[AbortedTxn]:
-        """Aborted transactions with records in ``[start, end)``."""
-        return [a for a in self.aborted if a.last_offset >= start and a.first_offset < end]
 
     def trim(self, log_start_offset: int) -> None:
         """Forget aborted transactions wholly below ``log_start_offset``."""

@@ -170,13 +170,15 @@ class TopicStore:
                 return current
         raise CorruptMetadataError("dynamic topic defaults kept changing concurrently")
 
-    def _latest(self, name: str) -> TopicMeta | None:
+    def _latest(self, name: str, defaults: Mapping[str, Any] | None = None) -> TopicMeta | None:
         files = self._files(name)
         found = files.latest()
         if found is None:
             return None
         version, data = found
-        return TopicMeta.from_json(data, version, files.path(version), self.defaults())
+        if defaults is None:
+            defaults = self.defaults()
+        return TopicMeta.from_json(data, version, files.path(version), defaults)
 
     def create(
         self, name: str, partitions: int = 1, configs: Mapping[str, Any] | None = None
@@ -215,12 +217,13 @@ class TopicStore:
 
     def list(self) -> list[str]:
         out = []
+        defaults = self.defaults()
         for name in self.fs.listdir(names.topics_dir(self.root)):
             try:
                 names.validate_topic_name(name)
             except ValueError:
                 continue
-            meta = self._latest(name)
+            meta = self._latest(name, defaults)
             if meta is None:
                 continue
             if meta.deleted:
