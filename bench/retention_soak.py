@@ -68,7 +68,7 @@ from sparklog.storage.manifest import ManifestStore
 
 HERE = Path(__file__).resolve().parents[1]
 TOPIC = "soak"
-LISTENING = re.compile(r"listening on ([\d.]+):(\d+)")
+LISTENING = re.compile(r"listening on (?:[A-Z_]+://)?([\d.]+):(\d+)")
 CHECK_INTERVAL_S = 1.0
 DELETE_DELAY_MS = 2000
 GC_INTERVAL_MS = 1000

@@ -231,6 +231,49 @@ class GroupNotFoundError(GroupError):
     """No group with this id has members or committed offsets."""
 
 
+# ---------------------------------------------------------------------------- security
+
+
+class SecurityError(SparkLogError):
+    """Base of authentication and authorization failures."""
+
+
+class AuthenticationError(SecurityError):
+    """SASL or TLS authentication failed: wrong credentials, unknown user, bad exchange."""
+
+
+class UnsupportedSaslMechanismError(AuthenticationError):
+    """The client asked for a SASL mechanism the listener does not enable."""
+
+
+class IllegalSaslStateError(AuthenticationError):
+    """A SASL request out of order (e.g. SaslAuthenticate before SaslHandshake)."""
+
+
+class AuthorizationError(SecurityError):
+    """The principal may not do this (an ACL denies it, or none allows it)."""
+
+
+class TopicAuthorizationError(AuthorizationError):
+    """TOPIC_AUTHORIZATION_FAILED."""
+
+
+class GroupAuthorizationError(AuthorizationError):
+    """GROUP_AUTHORIZATION_FAILED."""
+
+
+class ClusterAuthorizationError(AuthorizationError):
+    """CLUSTER_AUTHORIZATION_FAILED."""
+
+
+class TransactionalIdAuthorizationError(AuthorizationError):
+    """TRANSACTIONAL_ID_AUTHORIZATION_FAILED."""
+
+
+class SecurityDisabledError(SecurityError):
+    """An ACL or credential request to a broker whose authorizer or SASL is off."""
+
+
 # ---------------------------------------------------------------------------- wire, client
 
 

@@ -24,7 +24,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-LISTENING = re.compile(r"listening on (\S+):(\d+)")
+LISTENING = re.compile(r"listening on (\S+?):(\d+)")
+ENDPOINT = re.compile(r"([A-Z_]+)://(\S+?):(\d+)")
 _PROJECT = Path(__file__).resolve().parents[1]
 _PR_SET_PDEATHSIG = 1
 
@@ -38,9 +39,15 @@ def die_with_parent() -> None:  # runs in the child between fork and exec
 class BrokerProcess:
     """See the module docstring. ``with BrokerProcess(dir) as b:`` starts and stops it."""
 
-    def __init__(self, data_dir: str, *, port: int = 0, extra: tuple[str, ...] = ()) -> None:
+    def __init__(
+        self, data_dir: str, *, port: int = 0, extra: tuple[str, ...] = (), listen: str = ""
+    ) -> None:
         self.data_dir = data_dir
         self.port = port
+        #: several listeners (``"SASL_SSL://127.0.0.1:0,PLAINTEXT://127.0.0.1:0"``): their
+        #: ports are in ``endpoints`` once started, and kept on a restart
+        self.listen = listen
+        self.endpoints: dict[str, int] = {}
         self.extra = extra  # more ``broker start`` arguments, e.g. ("--config", PATH)
         self.lines: list[str] = []
         self.proc: subprocess.Popen[str] | None = None
@@ -49,6 +56,17 @@ class BrokerProcess:
     @property
     def bootstrap(self) -> str:
         return f"127.0.0.1:{self.port}"
+
+    def address(self, protocol: str) -> str:
+        """``127.0.0.1:PORT`` of the broker's ``protocol`` listener."""
+        return f"127.0.0.1:{self.endpoints[protocol]}"
+
+    def _listen(self) -> str:
+        if not self.listen:
+            return f"127.0.0.1:{self.port}"
+        if not self.endpoints:
+            return self.listen
+        return ",".join(f"{p}://127.0.0.1:{port}" for p, port in self.endpoints.items())
 
     @property
     def pid(self) -> int:
@@ -63,7 +81,7 @@ class BrokerProcess:
         """Start (or start again, on the same port and data dir) and wait until it listens."""
         cmd = [
             sys.executable, "-m", "sparklog.cli", "broker", "start",
-            "--data-dir", self.data_dir, "--listen", f"127.0.0.1:{self.port}", *self.extra,
+            "--data-dir", self.data_dir, "--listen", self._listen(), *self.extra,
         ]  # fmt: skip
         path = os.environ.get("PYTHONPATH")
         env = {**os.environ, "PYTHONPATH": str(_PROJECT) + (os.pathsep + path if path else "")}
@@ -86,6 +104,8 @@ class BrokerProcess:
                 m = LISTENING.search(line)
                 if m and not found.is_set():
                     self.port = int(m.group(2))
+                    head = line.split(" (data dir")[0]
+                    self.endpoints = {p: int(port) for p, _, port in ENDPOINT.findall(head)}
                     found.set()
 
         self._drain = threading.Thread(target=drain, daemon=True)

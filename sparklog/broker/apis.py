@@ -14,7 +14,16 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from sparklog.broker.context import RequestContext
-from sparklog.broker.handlers import admin, cluster, fetch, groups, offsets, produce, txn
+from sparklog.broker.handlers import (
+    admin,
+    cluster,
+    fetch,
+    groups,
+    offsets,
+    produce,
+    security,
+    txn,
+)
 from sparklog.kafka.wire import ApiKey
 
 Handler = Callable[[RequestContext, Any, Any], Awaitable[dict[str, Any] | None]]
@@ -86,4 +95,15 @@ APIS: dict[int, Api] = {
     ApiKey.DESCRIBE_PRODUCERS: Api("DescribeProducers", 0, 0, txn.describe_producers),
     ApiKey.DESCRIBE_TRANSACTIONS: Api("DescribeTransactions", 0, 0, txn.describe_transactions),
     ApiKey.LIST_TRANSACTIONS: Api("ListTransactions", 0, 1, txn.list_transactions),
+    ApiKey.SASL_HANDSHAKE: Api("SaslHandshake", 1, 1, security.sasl_handshake),
+    ApiKey.SASL_AUTHENTICATE: Api("SaslAuthenticate", 0, 2, security.sasl_authenticate),
+    ApiKey.DESCRIBE_ACLS: Api("DescribeAcls", 0, 3, security.describe_acls),
+    ApiKey.CREATE_ACLS: Api("CreateAcls", 0, 3, security.create_acls),
+    ApiKey.DELETE_ACLS: Api("DeleteAcls", 0, 3, security.delete_acls),
+    ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: Api(
+        "DescribeUserScramCredentials", 0, 0, security.describe_user_scram_credentials
+    ),
+    ApiKey.ALTER_USER_SCRAM_CREDENTIALS: Api(
+        "AlterUserScramCredentials", 0, 0, security.alter_user_scram_credentials
+    ),
 }

@@ -4,7 +4,10 @@ TOML layout::
 
     [broker]
     data_dir = "data"
-    listen = "127.0.0.1:9092"           # [PLAINTEXT://]HOST:PORT
+    listen = "127.0.0.1:9092"           # [PROTOCOL://]HOST:PORT, or a list (or a comma-
+                                        # separated string) of them: one
+                                        # per protocol (PLAINTEXT, SSL, SASL_PLAINTEXT,
+                                        # SASL_SSL); the first is the primary
     advertised_host = "127.0.0.1"      # host clients are told to connect to
     node_id = 0
     auto_create_topics = true
@@ -32,6 +35,9 @@ TOML layout::
 
     [topic_defaults]                   # Kafka topic configs applied to new topics
     "retention.ms" = "604800000"
+
+    [security]                         # TLS, SASL, ACLs: sparklog.security.config
+    authorizer = true
 """
 
 from __future__ import annotations
@@ -41,13 +47,14 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from sparklog.kafka.address import Listener, parse_listener
+from sparklog.security.config import SecurityConfig
 from sparklog.storage.config import TopicConfig
 
 
 @dataclass(frozen=True)
 class BrokerConfig:
     data_dir: str = "data"
-    listen: str = "127.0.0.1:9092"
+    listen: str | tuple[str, ...] = "127.0.0.1:9092"
     advertised_host: str | None = None
     node_id: int = 0
     auto_create_topics: bool = True
@@ -69,9 +76,27 @@ class BrokerConfig:
     rack: str | None = None
     ack_fence: bool = True
     topic_defaults: dict[str, str] = field(default_factory=dict)
+    security: SecurityConfig = field(default_factory=SecurityConfig)
 
     def __post_init__(self) -> None:
-        parse_listener(self.listen)
+        if isinstance(self.listen, list):
+            object.__setattr__(self, "listen", tuple(self.listen))
+        listeners = self.listeners
+        if not listeners:
+            raise ValueError("listen must name at least one listener")
+        protocols = [x.security_protocol for x in listeners]
+        if len(set(protocols)) != len(protocols):
+            raise ValueError(f"listen {list(map(str, listeners))}: one listener per security "
+                             "protocol (the protocol names the listener)")  # fmt: skip
+        sec = self.security
+        if any(x.tls for x in listeners) and not sec.ssl_certfile:
+            raise ValueError("an SSL or SASL_SSL listener needs [security] ssl_certfile and "
+                             "ssl_keyfile")  # fmt: skip
+        if any(x.sasl for x in listeners) and not sec.sasl_mechanisms:
+            raise ValueError("a SASL listener needs [security] sasl_mechanisms")
+        if sec.inter_broker_listener and sec.inter_broker_listener.upper() not in protocols:
+            raise ValueError(f"[security] inter_broker_listener {sec.inter_broker_listener} "
+                             f"is not one of the listeners {protocols}")  # fmt: skip
         if self.num_partitions < 1:
             raise ValueError(f"num_partitions must be >= 1, got {self.num_partitions}")
         if self.max_inflight_requests < 1:
@@ -93,8 +118,15 @@ class BrokerConfig:
         return bool(self.etcd)
 
     @property
+    def listeners(self) -> list[Listener]:
+        """Every listener, the primary first."""
+        specs = self.listen.split(",") if isinstance(self.listen, str) else list(self.listen)
+        return [parse_listener(s) for s in specs if s.strip()]
+
+    @property
     def listener(self) -> Listener:
-        return parse_listener(self.listen)
+        """The primary listener."""
+        return self.listeners[0]
 
     @property
     def host_port(self) -> tuple[str, int]:
@@ -115,5 +147,7 @@ class BrokerConfig:
             values.update(broker)
             if "topic_defaults" in doc:
                 values["topic_defaults"] = {k: str(v) for k, v in doc["topic_defaults"].items()}
+            if "security" in doc:
+                values["security"] = SecurityConfig.from_mapping(dict(doc["security"]), path)
         config = cls(**values)
         return replace(config, **{k: v for k, v in overrides.items() if v is not None})

@@ -3,8 +3,16 @@
 A ``Connection`` knows who is on the other end: the peer address, the listener the client
 reached (the address the broker advertises to it in Metadata and FindCoordinator), and the
 client software it named in ApiVersions v3+ (in the broker's log lines about the
-connection). It is where connection state belongs - the authenticated principal of SASL
-and mTLS included. Every handler sees it through ``RequestContext.connection``.
+connection), and who the client is: its ``principal`` - ``User:ANONYMOUS`` on PLAINTEXT,
+``User:<CN>`` of a client certificate on SSL, the SASL user once a SASL listener's
+exchange succeeded. Every handler sees it through ``RequestContext.connection``.
+
+Before a SASL listener's client has authenticated (``authenticated`` false), frames are
+limited to ``sasl_max_receive_bytes`` (Kafka's 512 KiB: an unauthenticated client cannot
+make the broker allocate more; CVE-2022-34917) and are processed one at a time, so the
+limit and the state change together; the dispatcher lets only ApiVersions and the SASL
+requests through. ``close_after_response`` ends the connection once the response of the
+request that set it is written (a failed authentication).
 
 ``serve`` is the connection's request loop. Requests are read ahead and processed as they
 arrive, up to ``max_inflight_requests`` at a time (a client pipelining produce requests
@@ -25,6 +33,8 @@ from collections.abc import Callable, Coroutine
 from typing import Any
 
 from sparklog.errors import FrameError
+from sparklog.kafka.address import Listener
+from sparklog.security.acls import ANONYMOUS
 
 log = logging.getLogger("sparklog.broker")
 
@@ -43,6 +53,9 @@ class Connection:
         advertised_port: int,
         max_request_bytes: int,
         max_inflight: int,
+        listener: Listener | None = None,
+        sasl_max_receive_bytes: int = 512 * 1024,
+        principal: str | None = None,
     ) -> None:
         self._reader = reader
         self._writer = writer
@@ -53,6 +66,18 @@ class Connection:
         self.client_software: tuple[str, str] | None = None
         self._max_request_bytes = max_request_bytes
         self._max_inflight = max_inflight
+        self.listener = listener
+        self.protocol = listener.security_protocol if listener else "PLAINTEXT"
+        self.principal = principal or ANONYMOUS
+        self.authenticated = not (listener is not None and listener.sasl)
+        self.sasl: Any = None  # the SASL exchange in progress (sparklog.security.sasl)
+        self.session_expiry: float | None = None  # monotonic; KIP-368 re-authentication
+        self.close_after_response = False
+        self._sasl_max = sasl_max_receive_bytes
+
+    @property
+    def frame_limit(self) -> int:
+        return self._max_request_bytes if self.authenticated else self._sasl_max
 
     @property
     def peer_host(self) -> str:
@@ -60,7 +85,8 @@ class Connection:
 
     def __str__(self) -> str:
         software = f" ({' '.join(self.client_software)})" if self.client_software else ""
-        return f"{self.peer[0]}:{self.peer[1]}{software}"
+        who = f" {self.principal}" if self.principal != ANONYMOUS else ""
+        return f"{self.peer[0]}:{self.peer[1]}{software}{who}"
 
     async def serve(self, dispatch: Dispatch) -> None:
         """Serve requests until the client closes, breaks a rule, or the task is cancelled."""
@@ -78,6 +104,8 @@ class Connection:
                 if response is not None:
                     writer.write(response)
                     await writer.drain()
+                if self.close_after_response:
+                    return
 
         responder = asyncio.get_running_loop().create_task(respond())
         pending: list[asyncio.Task[bytes | None]] = []
@@ -92,10 +120,11 @@ class Connection:
                 if head is None:
                     break
                 (size,) = struct.unpack(">i", head)
-                if size < 8 or size > self._max_request_bytes:
+                limit = self.frame_limit
+                if size < 8 or size > limit:
                     log.warning(
-                        "closing %s: request of %d bytes (limit %d)",
-                        self, size, self._max_request_bytes,
+                        "closing %s: request of %d bytes (limit %d%s)", self, size, limit,
+                        "" if self.authenticated else " before authentication",
                     )  # fmt: skip
                     break
                 frame = await _race(self._reader.readexactly(size), responder)
@@ -106,6 +135,8 @@ class Connection:
                 pending.append(work)
                 if await _race(inflight.put(work), responder) is None and responder.done():
                     break
+                if not self.authenticated:  # one at a time until authenticated
+                    await asyncio.wait({work, responder}, return_when=asyncio.FIRST_COMPLETED)
             if not responder.done():
                 await inflight.put(None)
                 await responder

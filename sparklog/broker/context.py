@@ -4,14 +4,24 @@
 transactions) and its
 identity; a ``Connection`` (``sparklog.broker.connection``) is the client the request came
 on: its peer address, the listener it reached (whose address the broker advertises back to
-it), the client software it named, and - once security exists - its principal. Every
-handler gets both through one ``RequestContext``.
+it), the client software it named, and its principal. Every handler gets both through
+one ``RequestContext``, and asks it whether the principal may do what the request asks
+(``allowed``, ``require``: Kafka's ACLs, sparklog.security).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
+
+from sparklog.errors import (
+    AuthorizationError,
+    ClusterAuthorizationError,
+    GroupAuthorizationError,
+    TopicAuthorizationError,
+    TransactionalIdAuthorizationError,
+)
+from sparklog.security.acls import CLUSTER_NAME, AclOperation, ResourceType
 
 if TYPE_CHECKING:
     from sparklog.broker.connection import Connection
@@ -20,6 +30,14 @@ if TYPE_CHECKING:
     from sparklog.broker.offsets import OffsetStore
     from sparklog.broker.partitions import PartitionManager
     from sparklog.broker.transactions import TransactionCoordinator
+    from sparklog.security.service import SecurityService
+
+_DENIED: dict[ResourceType, type[AuthorizationError]] = {
+    ResourceType.TOPIC: TopicAuthorizationError,
+    ResourceType.GROUP: GroupAuthorizationError,
+    ResourceType.CLUSTER: ClusterAuthorizationError,
+    ResourceType.TRANSACTIONAL_ID: TransactionalIdAuthorizationError,
+}
 
 
 @dataclass(frozen=True)
@@ -33,6 +51,7 @@ class BrokerServices:
     offsets: OffsetStore
     transactions: TransactionCoordinator
     cluster: ClusterMember | None = None  # cluster mode only
+    security: SecurityService | None = None
 
 
 @dataclass(frozen=True)
@@ -42,6 +61,33 @@ class RequestContext:
     services: BrokerServices
     connection: Connection
     api_version: int
+
+    @property
+    def principal(self) -> str:
+        return self.connection.principal
+
+    def allowed(self, op: AclOperation, rtype: ResourceType, name: str = CLUSTER_NAME) -> bool:
+        """Whether this request's principal, from its host, may ``op`` the resource."""
+        security = self.services.security
+        if security is None:
+            return True
+        return security.allowed(self.connection.principal, self.connection.peer_host, op,
+                                rtype, name)  # fmt: skip
+
+    def allowed_any(self, op: AclOperation, rtype: ResourceType) -> bool:
+        """Whether it may ``op`` some resource of ``rtype`` (KIP-679)."""
+        security = self.services.security
+        if security is None:
+            return True
+        return security.allowed_any(self.connection.principal, self.connection.peer_host, op,
+                                    rtype)  # fmt: skip
+
+    def require(self, op: AclOperation, rtype: ResourceType, name: str = CLUSTER_NAME) -> None:
+        """Raise Kafka's authorization error for ``rtype`` unless ``allowed``."""
+        if not self.allowed(op, rtype, name):
+            what = "the cluster" if rtype == ResourceType.CLUSTER else (
+                f"{rtype.name.lower().replace('_', ' ')} {name!r}")  # fmt: skip
+            raise _DENIED[rtype](f"{self.connection.principal} may not {op.name} {what}")
 
     @property
     def manager(self) -> PartitionManager:

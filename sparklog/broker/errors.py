@@ -57,6 +57,15 @@ _BY_CLASS: tuple[tuple[type[BaseException], ErrorCode], ...] = (
     (e.NotCoordinatorError, ErrorCode.not_coordinator),
     (e.NonEmptyGroupError, ErrorCode.non_empty_group),
     (e.GroupNotFoundError, ErrorCode.group_id_not_found),
+    # security
+    (e.TopicAuthorizationError, ErrorCode.topic_authorization_failed),
+    (e.GroupAuthorizationError, ErrorCode.group_authorization_failed),
+    (e.ClusterAuthorizationError, ErrorCode.cluster_authorization_failed),
+    (e.TransactionalIdAuthorizationError, ErrorCode.transactional_id_authorization_failed),
+    (e.UnsupportedSaslMechanismError, ErrorCode.unsupported_sasl_mechanism),
+    (e.IllegalSaslStateError, ErrorCode.illegal_sasl_state),
+    (e.AuthenticationError, ErrorCode.sasl_authentication_failed),
+    (e.SecurityDisabledError, ErrorCode.security_disabled),
     # anything else a caller got wrong
     (ValueError, ErrorCode.invalid_request),
 )

@@ -202,19 +202,23 @@ class ClusterMember:
         self._pid_lock = asyncio.Lock()
         self.leadership_changes = 0
         self._host_port = ("", 0)
+        self._listeners: tuple[tuple[str, str, int], ...] = ()
 
     # ------------------------------------------------------------------ lifecycle
 
-    async def start(self, host: str, port: int) -> None:
+    async def start(
+        self, host: str, port: int, endpoints: dict[str, tuple[str, int]] | None = None
+    ) -> None:
         """Register, then run the tasks. A node id still registered is waited for up to
         two lease TTLs: a broker restarted right after a crash finds its previous
         incarnation's key until that lease expires; a second live process with the same id
         keeps it alive, and this one gives up with ``NodeIdTakenError``."""
         self._host_port = (host, port)
+        self._listeners = tuple((p, h, pt) for p, (h, pt) in (endpoints or {}).items())
         deadline = time.monotonic() + 2 * self.coord.ttl_s + 1
         while True:
             try:
-                await self.coord.register(BrokerInfo(self.node_id, host, port, self.rack))
+                await self.coord.register(self._info(host, port))
                 break
             except NodeIdTakenError as e:
                 if time.monotonic() > deadline:
@@ -285,13 +289,16 @@ class ClusterMember:
         again under a new lease, and campaign again."""
         host, port = self._advertised
         try:
-            await self.coord.register(BrokerInfo(self.node_id, host, port, self.rack))
+            await self.coord.register(self._info(host, port))
         except CoordinationError as e:
             log.warning("broker %d: could not register again yet: %s", self.node_id, e)
             return
         loop = asyncio.get_running_loop()
         self._tasks.append(loop.create_task(self.role.run(self._stop)))
         log.info("broker %d registered again", self.node_id)
+
+    def _info(self, host: str, port: int) -> BrokerInfo:
+        return BrokerInfo(self.node_id, host, port, self.rack, self._listeners)
 
     @property
     def _advertised(self) -> tuple[str, int]:

@@ -11,6 +11,13 @@ so a second broker on the same directory refuses to start), and every partition 
 opens starts a new leader epoch. In cluster mode (``etcd`` set) there is no data-dir
 lease: brokers share the directory, and a broker writes only the partitions the controller
 assigned it, at their epochs (``sparklog.broker.membership``, docs/cluster.md).
+Each listener of ``listen`` is its own server socket (TLS on SSL and SASL_SSL); a
+connection remembers the listener it came in on, and that listener's address is the one
+the broker advertises to it. On SASL listeners a connection may send only ApiVersions,
+SaslHandshake and SaslAuthenticate until it has authenticated (anything else closes it,
+as in Kafka), and with ``connections_max_reauth_ms`` a session that expired may send
+nothing else until it re-authenticates. With ``[security] authorizer`` every handler asks
+``RequestContext.allowed`` (docs/security.md).
 SIGTERM/SIGINT stop it cleanly: the listener closes, in-flight requests finish, every log
 is synced and closed.
 
@@ -49,6 +56,9 @@ from sparklog.broker.partitions import PartitionManager
 from sparklog.broker.transactions import TXN_TOPIC, TransactionCoordinator
 from sparklog.errors import CorruptMetadataError, FrameError
 from sparklog.kafka import wire
+from sparklog.kafka.address import Listener
+from sparklog.security.service import SecurityService
+from sparklog.security.tls import certificate_principal, server_context
 from sparklog.storage import Storage
 from sparklog.storage.lease import DATA_DIR, Lease
 
@@ -77,7 +87,10 @@ class Broker:
         self.member: ClusterMember | None = None
         self.manager: PartitionManager | None = None
         self.services: BrokerServices | None = None
-        self._server: asyncio.Server | None = None
+        self._servers: list[asyncio.Server] = []
+        #: protocol -> the advertised (host, port) of that listener
+        self.endpoints: dict[str, tuple[str, int]] = {}
+        self.security: SecurityService | None = None
         self._connections: set[asyncio.Task[None]] = set()
         self.port = 0
         self.host = ""
@@ -135,20 +148,18 @@ class Broker:
             else:
                 transactions.load()
             transactions.start()
+            self.security = SecurityService(self.config.security, self.storage)
             self.services = BrokerServices(
                 self.config.node_id, self.cluster_id, self.manager, coordinator, offsets,
-                transactions, self.member,
+                transactions, self.member, self.security,
             )  # fmt: skip
-            host, port = self.config.host_port
-            self._server = await asyncio.start_server(self._accept, host, port, backlog=256)
-            sock = self._server.sockets[0].getsockname()
-            self.host, self.port = self.config.advertised_host or sock[0], int(sock[1])
+            await self._listen()
             if self.member is not None:
-                await self.member.start(self.host, self.port)
+                await self.member.start(self.host, self.port, self.endpoints)
             self._maintenance = asyncio.get_running_loop().create_task(self._maintain())
         except BaseException:
-            if self._server is not None:
-                self._server.close()
+            for server in self._servers:
+                server.close()
             if self.member is not None:
                 with contextlib.suppress(Exception):
                     await self.member.stop()
@@ -156,12 +167,29 @@ class Broker:
                 self._lease.release()
             raise
         log.info(
-            "sparklog broker %d listening on %s:%d (data dir %s)",
+            "sparklog broker %d listening on %s (data dir %s)",
             self.config.node_id,
-            sock[0],
-            self.port,
+            ", ".join(f"{p}://{h}:{port}" for p, (h, port) in self.endpoints.items()),
             self.storage.root,
         )
+
+    async def _listen(self) -> None:
+        """One server socket per listener; the first is the primary (``host``/``port``)."""
+        tls = None
+        for listener in self.config.listeners:
+            if listener.tls and tls is None:
+                tls = server_context(self.config.security)
+            server = await asyncio.start_server(
+                functools.partial(self._accept, listener),
+                listener.host, listener.port, backlog=256,
+                ssl=tls if listener.tls else None,
+                ssl_handshake_timeout=10 if listener.tls else None,
+            )  # fmt: skip
+            self._servers.append(server)
+            sock = server.sockets[0].getsockname()
+            host = self.config.advertised_host or sock[0]
+            self.endpoints[listener.security_protocol] = (host, int(sock[1]))
+        self.host, self.port = next(iter(self.endpoints.values()))
 
     def _member(self, offsets: OffsetStore) -> ClusterMember:
         assert self.manager is not None and self.config.etcd is not None
@@ -203,9 +231,18 @@ class Broker:
             handles = list(self.manager.handles.values())
             self._maintenance_step = loop.run_in_executor(
                 self._maintenance_pool,
-                functools.partial(self.manager.maintain, handles, collect_garbage=gc_now),
+                functools.partial(self._maintain_step, handles, gc_now),
             )
             await asyncio.shield(self._maintenance_step)
+
+    def _maintain_step(self, handles: list[Any], collect_garbage: bool) -> None:
+        assert self.manager is not None
+        if self.security is not None:
+            try:
+                self.security.refresh()
+            except Exception:
+                log.exception("cannot refresh users and ACLs; keeping the last ones read")
+        self.manager.maintain(handles, collect_garbage=collect_garbage)
 
     async def stop(self) -> None:
         if self._maintenance is not None:
@@ -221,17 +258,17 @@ class Broker:
             # while still answering (NOT_LEADER_OR_FOLLOWER sends clients to the new
             # leaders), so the controller moves them at once rather than after a lease TTL
             await self.member.stop()
-        if self._server is not None:
-            self._server.close()
+        for server in self._servers:
+            server.close()
         for task in list(self._connections):
             task.cancel()
         await asyncio.gather(*self._connections, return_exceptions=True)
         if self.services is not None:
             await self.services.coordinator.stop()
             await self.services.transactions.stop()
-        if self._server is not None:
+        for server in self._servers:
             with contextlib.suppress(Exception):
-                await self._server.wait_closed()
+                await server.wait_closed()
         if self.manager is not None:
             self.manager.close()
         if self._lease is not None:
@@ -241,7 +278,9 @@ class Broker:
     def _holder(self) -> str:
         return f"broker {self.config.node_id}"
 
-    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def _accept(
+        self, listener: Listener, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
         task = asyncio.current_task()
         assert task is not None
         if len(self._connections) >= self.config.max_connections:
@@ -249,13 +288,19 @@ class Broker:
             writer.close()
             return
         self._connections.add(task)
+        host, port = self.endpoints[listener.security_protocol]
         conn = Connection(
             reader,
             writer,
-            advertised_host=self.host,
-            advertised_port=self.port,
+            advertised_host=host,
+            advertised_port=port,
             max_request_bytes=self.config.socket_request_max_bytes,
             max_inflight=self.config.max_inflight_requests,
+            listener=listener,
+            sasl_max_receive_bytes=self.config.security.sasl_max_receive_bytes,
+            principal=certificate_principal(writer.get_extra_info("peercert"))
+            if listener.tls
+            else None,
         )
         try:
             await conn.serve(self.dispatch)
@@ -280,6 +325,12 @@ class Broker:
                 f"{api.name} v{head.api_version} is not supported "
                 f"(v{api.min_version}-v{api.max_version})"
             )
+        if head.api_key not in _BEFORE_AUTH and not _authenticated(conn):
+            raise FrameError(
+                f"{api.name} before SASL authentication"
+                if not conn.authenticated
+                else f"{api.name} after the SASL session expired (re-authenticate)"
+            )
         header, request = wire.parse_request(frame)
         ctx = RequestContext(self.services, conn, head.api_version)
         result = await api.handler(ctx, header, request)
@@ -289,6 +340,18 @@ class Broker:
         return wire.encode_response(
             head.api_key, head.api_version, head.correlation_id, wire.build(cls, result)
         )
+
+
+_BEFORE_AUTH = frozenset(
+    {wire.API_VERSIONS_KEY, wire.ApiKey.SASL_HANDSHAKE, wire.ApiKey.SASL_AUTHENTICATE}
+)
+
+
+def _authenticated(conn: Connection) -> bool:
+    """Whether ``conn`` may send any request: authenticated, within its session."""
+    if not conn.authenticated:
+        return False
+    return conn.session_expiry is None or time.monotonic() < conn.session_expiry
 
 
 def _raise_fd_limit() -> None:

@@ -61,20 +61,35 @@ class NodeIdTakenError(CoordinationError):
 
 @dataclass(frozen=True)
 class BrokerInfo:
+    """A live broker's registration: its primary address, and every listener's
+    (``endpoints``: security protocol -> (host, port)), so a client is told the address of
+    the listener it came in on."""
+
     node_id: int
     host: str
     port: int
     rack: str | None = None
+    endpoints: tuple[tuple[str, str, int], ...] = ()
+
+    def address_for(self, protocol: str) -> tuple[str, int]:
+        """The (host, port) of this broker's ``protocol`` listener (its primary one if it
+        has none of that protocol)."""
+        for p, host, port in self.endpoints:
+            if p == protocol:
+                return host, port
+        return self.host, self.port
 
     def to_json(self) -> bytes:
-        return json.dumps(
-            {"node_id": self.node_id, "host": self.host, "port": self.port, "rack": self.rack}
-        ).encode()
+        return json.dumps({
+            "node_id": self.node_id, "host": self.host, "port": self.port, "rack": self.rack,
+            "endpoints": [list(e) for e in self.endpoints],
+        }).encode()  # fmt: skip
 
     @classmethod
     def from_json(cls, data: bytes) -> BrokerInfo:
         d = json.loads(data)
-        return cls(int(d["node_id"]), str(d["host"]), int(d["port"]), d.get("rack"))
+        endpoints = tuple((str(p), str(h), int(port)) for p, h, port in d.get("endpoints", ()))
+        return cls(int(d["node_id"]), str(d["host"]), int(d["port"]), d.get("rack"), endpoints)
 
 
 @dataclass(frozen=True)

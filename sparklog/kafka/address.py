@@ -6,8 +6,9 @@
   list tried in order.
 - ``parse_listener("PLAINTEXT://127.0.0.1:9092")``: a broker listener, Kafka's
   ``listeners`` syntax; a bare ``HOST:PORT`` means ``PLAINTEXT``. The security protocols
-  Kafka names (``SSL``, ``SASL_PLAINTEXT``, ``SASL_SSL``) are recognised and refused with a
-  clear error until sparklog's broker serves them.
+  are Kafka's: ``PLAINTEXT``, ``SSL``, ``SASL_PLAINTEXT``, ``SASL_SSL``. A broker has at
+  most one listener per protocol, so the protocol also names the listener (Kafka's default
+  ``listener.security.protocol.map``).
 """
 
 from __future__ import annotations
@@ -17,7 +18,6 @@ from dataclasses import dataclass
 DEFAULT_HOST = "127.0.0.1"
 PLAINTEXT = "PLAINTEXT"
 KAFKA_SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
-SUPPORTED_SECURITY_PROTOCOLS = (PLAINTEXT,)
 
 
 def parse_host_port(value: str) -> tuple[str, int]:
@@ -52,6 +52,14 @@ class Listener:
     def __str__(self) -> str:
         return f"{self.security_protocol}://{self.host}:{self.port}"
 
+    @property
+    def tls(self) -> bool:
+        return self.security_protocol in ("SSL", "SASL_SSL")
+
+    @property
+    def sasl(self) -> bool:
+        return self.security_protocol.startswith("SASL_")
+
 
 def parse_listener(value: str) -> Listener:
     """A listener from ``[PROTOCOL://]HOST:PORT`` (see the module docstring)."""
@@ -63,11 +71,6 @@ def parse_listener(value: str) -> Listener:
         raise ValueError(
             f"listener {value!r}: unknown security protocol {protocol!r} "
             f"(Kafka's are {', '.join(KAFKA_SECURITY_PROTOCOLS)})"
-        )
-    if protocol not in SUPPORTED_SECURITY_PROTOCOLS:
-        raise ValueError(
-            f"listener {value!r}: security protocol {protocol} is not served by this broker "
-            f"(supported: {', '.join(SUPPORTED_SECURITY_PROTOCOLS)})"
         )
     host, port = parse_host_port(address)
     return Listener(protocol, host, port)

@@ -32,9 +32,10 @@ def test_a_listener_names_its_security_protocol() -> None:
     assert str(parse_listener("h:1")) == "PLAINTEXT://h:1"
 
 
-def test_kafkas_other_security_protocols_are_refused_by_name() -> None:
-    with pytest.raises(ValueError, match="SASL_SSL is not served"):
-        parse_listener("SASL_SSL://h:9093")
+def test_kafkas_security_protocols_are_listeners_and_others_are_refused_by_name() -> None:
+    assert parse_listener("sasl_ssl://h:9093") == Listener("SASL_SSL", "h", 9093)
+    assert parse_listener("SASL_SSL://h:9093").tls and parse_listener("SSL://h:1").tls
+    assert parse_listener("SASL_PLAINTEXT://h:1").sasl and not parse_listener("SSL://h:1").sasl
     with pytest.raises(ValueError, match="unknown security protocol 'HTTP'"):
         parse_listener("http://h:80")
 
@@ -42,8 +43,10 @@ def test_kafkas_other_security_protocols_are_refused_by_name() -> None:
 def test_the_broker_listens_on_a_listener() -> None:
     config = BrokerConfig(listen="PLAINTEXT://127.0.0.1:0")
     assert config.host_port == ("127.0.0.1", 0)
-    with pytest.raises(ValueError, match="SSL"):
+    with pytest.raises(ValueError, match="ssl_certfile"):
         BrokerConfig(listen="SSL://127.0.0.1:9093")
+    with pytest.raises(ValueError, match="one listener per security protocol"):
+        BrokerConfig(listen=("PLAINTEXT://127.0.0.1:1", "PLAINTEXT://127.0.0.1:2"))
 
 
 def test_a_bootstrap_without_a_port_is_called_a_bootstrap_error() -> None:

@@ -42,8 +42,11 @@ def _brokers(ctx: RequestContext) -> list[dict[str, Any]]:
     me: dict[str, Any] = {"node_id": ctx.node_id, "host": ctx.host, "port": ctx.port, "rack": None}
     if ctx.cluster is None:
         return [me]
-    out = {b.node_id: {"node_id": b.node_id, "host": b.host, "port": b.port, "rack": b.rack}
-           for b in ctx.cluster.view.brokers.values()}  # fmt: skip
+    proto = ctx.connection.protocol
+    out = {}
+    for b in ctx.cluster.view.brokers.values():
+        host, port = b.address_for(proto)
+        out[b.node_id] = {"node_id": b.node_id, "host": host, "port": port, "rack": b.rack}
     out[ctx.node_id] = {**me, "rack": ctx.cluster.rack}
     return [out[n] for n in sorted(out)]
 

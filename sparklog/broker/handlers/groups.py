@@ -49,7 +49,8 @@ def _coordinator(ctx: RequestContext, key: str, key_type: int = 0) -> dict[str, 
         return {"node_id": -1, "host": "", "port": -1,
                 "error_code": ErrorCode.coordinator_not_available,
                 "error_message": f"group {key!r} has no live coordinator yet"}  # fmt: skip
-    return {"node_id": b.node_id, "host": b.host, "port": b.port,
+    host, port = b.address_for(ctx.connection.protocol)
+    return {"node_id": b.node_id, "host": host, "port": port,
             "error_code": ErrorCode.none, "error_message": None}  # fmt: skip
 
 

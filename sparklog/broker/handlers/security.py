@@ -1,0 +1,275 @@
+"""SASL authentication, ACL administration and SCRAM user administration.
+
+SaslHandshake (v1) starts an exchange for one of the listener's mechanisms; the tokens then
+travel in SaslAuthenticate (v0-v2). A failed exchange is answered with
+SASL_AUTHENTICATION_FAILED and the connection is closed after the answer, as in Kafka. A
+client may authenticate again on an authenticated connection (KIP-368 re-authentication:
+SaslAuthenticate v1+ tells it the session lifetime, ``connections_max_reauth_ms``), but
+only as the same principal. SaslHandshake v0 (unframed tokens) is not served: every client
+since Kafka 1.0 uses v1.
+
+CreateAcls/DeleteAcls need ALTER on the cluster, DescribeAcls DESCRIBE;
+AlterUserScramCredentials needs ALTER on the cluster, DescribeUserScramCredentials
+DESCRIBE - Kafka's rules. Without ``[security] authorizer`` the ACL APIs answer
+SECURITY_DISABLED, as Kafka does without an authorizer.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from sparklog.broker.context import RequestContext
+from sparklog.broker.errors import error_code
+from sparklog.errors import (
+    AuthenticationError,
+    IllegalSaslStateError,
+    SecurityDisabledError,
+    SparkLogError,
+)
+from sparklog.security.acls import (
+    AclBinding,
+    AclFilter,
+    AclOperation,
+    PatternType,
+    Permission,
+    ResourceType,
+)
+from sparklog.security.sasl import SaslExchange
+from sparklog.security.scram import (
+    MECHANISMS,
+    check_iterations,
+    from_salted_password,
+    mechanism_name,
+)
+
+Op, RT = AclOperation, ResourceType
+
+
+async def sasl_handshake(ctx: RequestContext, header: Any, req: Any) -> dict[str, Any]:
+    conn = ctx.connection
+    enabled = list(ctx.services.security.config.sasl_mechanisms) if ctx.services.security else []
+    listener = conn.listener
+    if listener is None or not listener.sasl:
+        conn.close_after_response = True
+        return {"error_code": ErrorCode.illegal_sasl_state, "mechanisms": []}
+    mechanism = str(req.mechanism).upper()
+    if mechanism not in enabled:
+        conn.close_after_response = True
+        return {"error_code": ErrorCode.unsupported_sasl_mechanism, "mechanisms": enabled}
+    assert ctx.services.security is not None
+    conn.sasl = SaslExchange(mechanism, ctx.services.security.credentials)
+    return {"error_code": ErrorCode.none, "mechanisms": enabled}
+
+
+def _auth_error(ctx: RequestContext, e: SparkLogError) -> dict[str, Any]:
+    ctx.connection.close_after_response = True
+    ctx.connection.sasl = None
+    return {"error_code": error_code(e), "error_message": str(e), "auth_bytes": b"",
+            "session_lifetime": 0}  # fmt: skip
+
+
+async def sasl_authenticate(ctx: RequestContext, header: Any, req: Any) -> dict[str, Any]:
+    conn = ctx.connection
+    exchange = conn.sasl
+    if exchange is None:
+        return _auth_error(ctx, IllegalSaslStateError("SaslAuthenticate before SaslHandshake"))
+    try:
+        answer = exchange.step(bytes(req.auth_bytes))
+    except (AuthenticationError, IllegalSaslStateError) as e:
+        return _auth_error(ctx, e)
+    lifetime = 0
+    if exchange.complete:
+        principal = str(exchange.principal)
+        if conn.authenticated and conn.principal != principal:  # re-authentication
+            why = f"re-authentication as {principal} on a connection of {conn.principal}"
+            return _auth_error(ctx, AuthenticationError(why))
+        conn.principal, conn.authenticated, conn.sasl = principal, True, None
+        assert ctx.services.security is not None
+        reauth = ctx.services.security.config.connections_max_reauth_ms
+        if reauth > 0 and ctx.api_version >= 1:
+            lifetime = reauth
+            conn.session_expiry = time.monotonic() + reauth / 1000
+    return {"error_code": ErrorCode.none, "error_message": None, "auth_bytes": answer,
+            "session_lifetime": lifetime}  # fmt: skip
+
+
+def _security(ctx: RequestContext) -> Any:
+    security = ctx.services.security
+    if security is None or not security.enabled:
+        raise SecurityDisabledError("no authorizer is configured ([security] authorizer)")
+    return security
+
+
+def _filter(f: Any) -> AclFilter:
+    return AclFilter(
+        ResourceType(int(f.resource_type_filter)),
+        f.resource_name_filter,
+        PatternType(int(getattr(f, "pattern_type_filter", PatternType.LITERAL))),
+        f.principal_filter,
+        f.host_filter,
+        AclOperation(int(f.operation)),
+        Permission(int(f.permission_type)),
+    )
+
+
+def _binding_out(b: AclBinding) -> dict[str, Any]:
+    return {"resource_type": int(b.resource_type), "resource_name": b.name,
+            "pattern_type": int(b.pattern_type), "principal": b.principal, "host": b.host,
+            "operation": int(b.operation), "permission_type": int(b.permission)}  # fmt: skip
+
+
+async def describe_acls(ctx: RequestContext, header: Any, req: Any) -> dict[str, Any]:
+    try:
+        security = _security(ctx)
+        ctx.require(Op.DESCRIBE, RT.CLUSTER)
+        flt = _filter(req)
+    except (SparkLogError, ValueError) as e:
+        return {"throttle_time": 0, "error_code": error_code(e), "error_message": str(e),
+                "resources": []}  # fmt: skip
+    resources: dict[tuple[int, str, int], list[dict[str, Any]]] = {}
+    for b in security.acls.bindings():
+        if flt.matches(b):
+            key = (int(b.resource_type), b.name, int(b.pattern_type))
+            resources.setdefault(key, []).append({
+                "principal": b.principal, "host": b.host, "operation": int(b.operation),
+                "permission_type": int(b.permission)})  # fmt: skip
+    return {
+        "throttle_time": 0, "error_code": ErrorCode.none, "error_message": None,
+        "resources": [{"resource_type": t, "resource_name": n, "pattern_type": p, "acls": acls}
+                      for (t, n, p), acls in resources.items()],
+    }  # fmt: skip
+
+
+async def create_acls(ctx: RequestContext, header: Any, req: Any) -> dict[str, Any]:
+    results, good = [], []
+    try:
+        security = _security(ctx)
+        ctx.require(Op.ALTER, RT.CLUSTER)
+    except SparkLogError as e:
+        out = {"error_code": error_code(e), "error_message": str(e)}
+        return {"throttle_time": 0, "results": [out for _ in req.creations]}
+    for c in req.creations:
+        try:
+            b = AclBinding(
+                ResourceType(int(c.resource_type)), c.resource_name,
+                PatternType(int(getattr(c, "resource_pattern_type", PatternType.LITERAL))),
+                c.principal, c.host, AclOperation(int(c.operation)),
+                Permission(int(c.permission_type)),
+            ).check()  # fmt: skip
+        except ValueError as e:
+            results.append({"error_code": ErrorCode.invalid_request, "error_message": str(e)})
+            continue
+        good.append(b)
+        results.append({"error_code": ErrorCode.none, "error_message": None})
+    if good:
+        security.add_acls(good)
+    return {"throttle_time": 0, "results": results}
+
+
+async def delete_acls(ctx: RequestContext, header: Any, req: Any) -> dict[str, Any]:
+    try:
+        security = _security(ctx)
+        ctx.require(Op.ALTER, RT.CLUSTER)
+        filters = [_filter(f) for f in req.filters]
+    except (SparkLogError, ValueError) as e:
+        out = {"error_code": error_code(e), "error_message": str(e), "matching_acls": []}
+        return {"throttle_time": 0, "filter_results": [out for _ in req.filters]}
+    matched = security.delete_acls(filters)
+    return {"throttle_time": 0, "filter_results": [
+        {"error_code": ErrorCode.none, "error_message": None, "matching_acls": [
+            {"error_code": ErrorCode.none, "error_message": None, **_binding_out(b)} for b in m]}
+        for m in matched]}  # fmt: skip
+
+
+async def describe_user_scram_credentials(
+    ctx: RequestContext, header: Any, req: Any
+) -> dict[str, Any]:
+    security = ctx.services.security
+    try:
+        ctx.require(Op.DESCRIBE, RT.CLUSTER)
+    except SparkLogError as e:
+        return {"throttle_time": 0, "error_code": error_code(e), "error_message": str(e),
+                "results": []}  # fmt: skip
+    assert security is not None
+    users = security.credentials.users()
+    names = sorted(users) if req.users is None else [u.name for u in req.users]
+    results: list[dict[str, Any]] = []
+    for name in names:
+        mechs = users.get(name)
+        if not mechs:
+            results.append({"user": name, "error_code": ErrorCode.resource_not_found,
+                            "error_message": f"attempt to describe a user credential that "
+                                             f"does not exist: {name}",
+                            "credential_infos": []})  # fmt: skip
+            continue
+        results.append({"user": name, "error_code": ErrorCode.none, "error_message": None,
+                        "credential_infos": [
+                            {"mechanism": MECHANISMS[m][1], "iterations": c.iterations}
+                            for m, c in sorted(mechs.items())]})  # fmt: skip
+    return {"throttle_time": 0, "error_code": ErrorCode.none, "error_message": None,
+            "results": results}  # fmt: skip
+
+
+async def alter_user_scram_credentials(
+    ctx: RequestContext, header: Any, req: Any
+) -> dict[str, Any]:
+    security = ctx.services.security
+    assert security is not None
+    users = [d.name for d in req.deletions] + [u.name for u in req.upsertions]
+    errors: dict[str, tuple[ErrorCode, str]] = {}
+    if not ctx.allowed(Op.ALTER, RT.CLUSTER):
+        why = f"{ctx.principal} may not ALTER the cluster"
+        return {"throttle_time": 0, "results": [
+            {"user": u, "error_code": ErrorCode.cluster_authorization_failed,
+             "error_message": why} for u in dict.fromkeys(users)]}  # fmt: skip
+    seen: set[tuple[str, int]] = set()
+    for name, mech in [(d.name, int(d.mechanism)) for d in req.deletions] + [
+        (u.name, int(u.mechanism)) for u in req.upsertions
+    ]:
+        if (name, mech) in seen:
+            errors[name] = (ErrorCode.duplicate_resource, f"a user credential cannot be altered "
+                            f"twice in the same request: {name}")  # fmt: skip
+        seen.add((name, mech))
+        if not name:
+            errors[name] = (ErrorCode.unacceptable_credential, "username must not be empty")
+        try:
+            mechanism_name(mech)
+        except ValueError:
+            errors[name] = (ErrorCode.unsupported_sasl_mechanism, f"unknown SCRAM mechanism "
+                            f"code {mech}")  # fmt: skip
+    upserts: list[tuple[str, Any]] = []
+    deletes: list[tuple[str, str]] = []
+    for u in req.upsertions:
+        if u.name in errors:
+            continue
+        try:
+            check_iterations(int(u.iterations))
+            if not u.salt or not u.salted_password:
+                raise ValueError("salt and salted password must not be empty")
+        except ValueError as e:
+            errors[u.name] = (ErrorCode.unacceptable_credential, str(e))
+            continue
+        upserts.append((u.name, from_salted_password(
+            mechanism_name(int(u.mechanism)), bytes(u.salted_password), bytes(u.salt),
+            int(u.iterations))))  # fmt: skip
+    current = security.credentials.users()
+    for d in req.deletions:
+        if d.name in errors:
+            continue
+        mech_name = mechanism_name(int(d.mechanism))
+        if mech_name not in current.get(d.name, {}):
+            errors[d.name] = (ErrorCode.resource_not_found, f"attempt to delete a user "
+                              f"credential that does not exist: {d.name} {mech_name}")  # fmt: skip
+            continue
+        deletes.append((d.name, mech_name))
+    upserts = [(n, c) for n, c in upserts if n not in errors]
+    deletes = [(n, m) for n, m in deletes if n not in errors]
+    if upserts or deletes:
+        security.credentials.alter(upserts, deletes)
+    return {"throttle_time": 0, "results": [
+        {"user": u, "error_code": errors.get(u, (ErrorCode.none, None))[0],
+         "error_message": errors.get(u, (ErrorCode.none, None))[1]}
+        for u in dict.fromkeys(users)]}  # fmt: skip
