@@ -13,14 +13,20 @@
         --to-offset N | --to-datetime ISO | --shift-by N) [--dry-run | --execute]
         --bootstrap-server HOST:PORT
 
+    sparklog users add|list|delete ...   sparklog acls list|add|remove ...
+        (see ``sparklog.cli_security``)
+
     sparklog cluster describe --etcd HOST:PORT[,...] [--cluster NAME] [--json]
     sparklog scheduler --data-dir DIR [--spark-args "ARGS"] [--min-interval S]
         [--max-interval S] [--max-jobs N] [--spark-submit PATH]
 
-TARGET is ``--bootstrap-server HOST:PORT`` or ``--data-dir DIR``. ``groups describe`` shows,
-per partition, the owner, committed offset, log end offset, lag in records and lag in
-seconds (the age of the oldest unconsumed record). ``groups reset-offsets`` follows
-Kafka's tool: it prints the new offsets, and commits them only with ``--execute``.
+TARGET is ``--bootstrap-server HOST:PORT [--command-config FILE]`` or ``--data-dir DIR``;
+every ``--bootstrap-server`` takes ``--command-config``, a properties file of Kafka client
+security settings as Kafka's tools take (``security.protocol``, ``sasl.*``, ``ssl.*``).
+``groups describe`` shows, per partition, the owner, committed offset, log end offset, lag
+in records and lag in seconds (the age of the oldest unconsumed record).
+``groups reset-offsets`` follows Kafka's tool: it prints the new offsets, and commits them
+only with ``--execute``.
 
 ``--bootstrap-server`` goes through a broker (CreateTopics, DeleteTopics, Metadata,
 DescribeConfigs, IncrementalAlterConfigs, ListOffsets). The ``--data-dir`` forms work on
@@ -41,18 +47,12 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 import sparklog
+from sparklog.cli_security import add_connection_arguments, add_parsers, connect
 from sparklog.errors import KafkaRequestError, SparkLogError
-from sparklog.kafka.client import ClientSettings, KafkaClient
+from sparklog.kafka.client import KafkaClient
 from sparklog.storage import Storage
 from sparklog.storage.lease import DATA_DIR
 from sparklog.storage.reader import PartitionReader
-
-
-def _client_settings(bootstrap: str) -> ClientSettings:
-    try:
-        return ClientSettings(bootstrap)
-    except ValueError as e:
-        raise ValueError(f"--bootstrap-server: {e}") from None
 
 
 def _parse_configs(pairs: Sequence[str]) -> dict[str, str]:
@@ -113,7 +113,7 @@ def _describe(storage: Storage, name: str) -> dict[str, object]:
 def _topics_remote(args: argparse.Namespace) -> int:
     from sparklog.kafka import admin as kc
 
-    with KafkaClient(_client_settings(args.bootstrap_server)) as c:
+    with connect(args) as c:
         if args.action == "create":
             kc.create_topic(c, args.name, args.partitions, _parse_configs(args.config))
             print(f"Created topic {args.name} with {args.partitions} partition(s).")
@@ -136,6 +136,8 @@ def _topics(args: argparse.Namespace) -> int:
         raise ValueError("give exactly one of --bootstrap-server HOST:PORT or --data-dir DIR")
     if args.bootstrap_server:
         return _topics_remote(args)
+    if args.command_config is not None:
+        raise ValueError("--command-config needs --bootstrap-server")
     storage = Storage(args.data_dir)
     if args.action != "create":
         storage.require()  # a create makes the storage; anything else needs it there
@@ -164,7 +166,7 @@ def _groups(args: argparse.Namespace) -> int:
 
     from sparklog.kafka import admin as kc
 
-    with KafkaClient(_client_settings(args.bootstrap_server)) as c:
+    with connect(args) as c:
         if args.action == "list":
             for group, state in kc.list_groups(c):
                 print(f"{group}\t{state}")
@@ -359,7 +361,7 @@ def build_parser() -> argparse.ArgumentParser:
                 metavar="NAME",
                 help="return a config to its default, repeatable",
             )
-        p.add_argument("--bootstrap-server", help="HOST:PORT of a running broker")
+        add_connection_arguments(p, required=False)
         p.add_argument("--data-dir", help="the storage root (offline use, no broker)")
         p.set_defaults(func=_topics)
     groups = sub.add_parser("groups", help="consumer groups: list, describe (lag), delete, reset")
@@ -383,8 +385,9 @@ def build_parser() -> argparse.ArgumentParser:
                 "--dry-run", action="store_true", help="print the new offsets (the default)"
             )
             run_mode.add_argument("--execute", action="store_true", help="commit them")
-        g.add_argument("--bootstrap-server", required=True, help="HOST:PORT of a broker")
+        add_connection_arguments(g, required=True)
         g.set_defaults(func=_groups)
+    add_parsers(sub)  # users, acls
     broker = sub.add_parser("broker", help="run a broker")
     bsub = broker.add_subparsers(dest="action", required=True)
     start = bsub.add_parser("start", help="run a broker in the foreground")

@@ -92,6 +92,18 @@ def _read_check(parse: Callable[[dict[str, str]], Any]) -> Callable[..., Any]:
     return wrap
 
 
+def _stream_options(given: dict[str, str]) -> Any:
+    """``stream_options``; the group's broker settings are kept for the listener's commits
+    (``sparklog.datasource.progress.remember``)."""
+    from sparklog.datasource.options import stream_options
+    from sparklog.datasource.progress import remember
+
+    o = stream_options(given)
+    if o.group and o.client is not None:
+        remember(o.group, o.client)
+    return o
+
+
 def install() -> None:
     """Wrap PySpark's readers and writers (see the module docstring); once per process."""
     global _installed
@@ -100,13 +112,13 @@ def install() -> None:
     from pyspark.sql.readwriter import DataFrameReader, DataFrameWriter
     from pyspark.sql.streaming.readwriter import DataStreamReader, DataStreamWriter
 
-    from sparklog.datasource.options import batch_options, stream_options
+    from sparklog.datasource.options import batch_options
     from sparklog.datasource.writer import write_options
 
     for cls in (DataFrameReader, DataStreamReader, DataFrameWriter, DataStreamWriter):
         _remember(cls)
     DataFrameReader.load = _read_check(batch_options)(DataFrameReader.load)  # type: ignore[method-assign]
-    DataStreamReader.load = _read_check(stream_options)(DataStreamReader.load)  # type: ignore[method-assign]
+    DataStreamReader.load = _read_check(_stream_options)(DataStreamReader.load)  # type: ignore[method-assign]
 
     plain_mode, plain_save = DataFrameWriter.mode, DataFrameWriter.save
 

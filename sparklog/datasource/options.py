@@ -85,6 +85,8 @@ class BatchOptions:
     timestamp_strategy: str = "error"
     check_crcs: bool = True
     read_committed: bool = True
+    #: the broker to ask for READ access (and, streaming, to commit a group through)
+    client: ClientSettings | None = None
 
 
 def _isolation(opts: Mapping[str, str]) -> bool:
@@ -236,7 +238,20 @@ def _parse(options: Mapping[str, str], *, stream: bool) -> BatchOptions:
         timestamp_strategy=strategy,
         check_crcs=_bool("kafka.check.crcs", opts.get("kafka.check.crcs", "true")),
         read_committed=_isolation(opts),
+        client=_client(opts),
     )
+
+
+def _client(opts: Mapping[str, str]) -> ClientSettings | None:
+    """The broker settings (``kafka.bootstrap.servers`` and Kafka's security options), or
+    None without a bootstrap server."""
+    if not opts.get("kafka.bootstrap.servers", "").strip():
+        return None
+    try:
+        return ClientSettings.from_options(opts, client_id="sparklog-source")
+    except ValueError as e:
+        raise OptionError(f"Kafka client options (kafka.bootstrap.servers, kafka.security.*, "
+                          f"kafka.sasl.*, kafka.ssl.*): {e}") from None  # fmt: skip
 
 
 def _timestamps(opts: Mapping[str, str], which: str) -> Timestamps | None:
@@ -325,12 +340,7 @@ def stream_options(options: Mapping[str, str]) -> StreamOptions:
     delay_ms = _duration_ms("maxTriggerDelay", opts.get("maxtriggerdelay", "15m"))
     group = opts.get("group")
     bootstrap = opts.get("kafka.bootstrap.servers")
-    client = None
-    if bootstrap:
-        try:
-            client = ClientSettings.from_options(opts, client_id="sparklog-source")
-        except ValueError as e:
-            raise OptionError(f"option kafka.bootstrap.servers: {e}") from None
+    client = base.client
     if starting == "group" and not (group and bootstrap):
         raise OptionError(
             "startingOffsets=group needs the options group and kafka.bootstrap.servers"

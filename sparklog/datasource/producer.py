@@ -213,8 +213,7 @@ class SinkProducer:
             return self._client
         conn = self._conns.get(address)
         if conn is None:
-            conn = KafkaClient(ClientSettings(address, self.settings.timeout_s,
-                                              self.settings.client_id))  # fmt: skip
+            conn = KafkaClient(self.settings.with_bootstrap(address))
             self._conns[address] = conn
         return conn
 

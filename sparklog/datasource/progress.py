@@ -8,6 +8,11 @@ a ``group``, it commits the batch's end offsets to the group through the broker.
 says which group and broker in its reported latest offset (``stream.REPORT_KEY``, shown in
 the query's progress; no topic name holds a ':'), since a listener sees only the progress.
 
+The report carries no secret: a group on a secured broker (``security`` other than
+PLAINTEXT in the report) is committed with the settings ``remember``ed when the query's
+options were checked in this process (``sparklog.datasource.driver``); without them the
+listener leaves the commit to the source.
+
 The source's own commits stay (they cover sessions without the listener, such as Spark
 Connect); every commit is of offsets whose batch is done, so they only ever move forward.
 A failed commit is logged; the query's checkpoint stays its source of truth.
@@ -28,6 +33,20 @@ log = logging.getLogger(__name__)
 
 REPORT_KEY = "sparklog:source"
 COMMIT_TIMEOUT_S = 10.0
+#: (bootstrap, group) -> the settings a query in this process gave (``remember``)
+_SETTINGS: dict[tuple[str, str], ClientSettings] = {}
+
+
+def remember(group: str, settings: ClientSettings) -> None:
+    """The settings for the listener's commits to ``group`` (secured brokers' passwords
+    stay out of the progress report)."""
+    _SETTINGS[(settings.bootstrap, group)] = settings.with_timeout(COMMIT_TIMEOUT_S)
+
+
+def group_report(group: str, settings: ClientSettings) -> dict[str, str]:
+    """What a source puts in its progress report for the listener (no secrets)."""
+    return {"group": group, "bootstrap": settings.bootstrap,
+            "security": settings.security_protocol}  # fmt: skip
 
 
 def end_offsets(raw: str | None) -> dict[tuple[str, int], int]:
@@ -75,7 +94,11 @@ class GroupCommitListener(StreamingQueryListener):
         key = (run, str(info["group"]))
         if not offsets or self._committed.get(key) == offsets:
             return
-        settings = ClientSettings(str(info["bootstrap"]), COMMIT_TIMEOUT_S, "sparklog-source")
+        settings = _SETTINGS.get((str(info["bootstrap"]), key[1]))
+        if settings is None:
+            if str(info.get("security", "PLAINTEXT")) != "PLAINTEXT":
+                return  # no credentials in this process: the source commits itself
+            settings = ClientSettings(str(info["bootstrap"]), COMMIT_TIMEOUT_S, "sparklog-source")
         with KafkaClient(settings) as client:
             admin.commit_offsets(client, key[1], offsets)
         self._committed[key] = offsets

@@ -11,7 +11,9 @@ and topics matching a pattern later, are picked up from their log start. ``commi
 advances the consumer group's committed offsets through the broker, so Kafka tools and
 ``sparklog groups describe`` show the query's lag; ``sparklog.datasource.progress``
 commits each batch's end as soon as Spark finishes it. The Spark checkpoint stays the source
-of truth for the query itself, and a failed group commit only logs a warning.
+of truth for the query itself, and a failed group commit only logs a warning. With
+``kafka.bootstrap.servers``, every topic is checked once, when it is first planned, for the
+principal's READ permission (the broker's ACLs; executors read files directly).
 """
 
 from __future__ import annotations
@@ -33,10 +35,11 @@ from pyspark.sql.streaming.datasource import (
 
 from sparklog.datasource.options import StreamOptions
 from sparklog.datasource.plan import ReadPlanner, TopicPartition
-from sparklog.datasource.progress import REPORT_KEY
+from sparklog.datasource.progress import REPORT_KEY, group_report
 from sparklog.datasource.scan import OffsetRange, read_partition
 from sparklog.kafka import admin
 from sparklog.kafka.client import KafkaClient
+from sparklog.kafka.security_admin import require_read_access
 from sparklog.storage.reader import LogView
 
 log = logging.getLogger(__name__)
@@ -92,12 +95,18 @@ class SparkLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._latest_seen: dict[TopicPartition, int] | None = None
         self._topic_ids: dict[str, str] = {}
         self._continued: tuple[Offsets, dict[TopicPartition, int]] | None = None
+        #: topics the broker said this principal may READ (asked once each)
+        self._read_checked: set[str] = set()
 
     def _bounds(self, *, strict: bool = False) -> tuple[dict[TopicPartition, LogView], set[str]]:
         """Every partition's view, read once, remembered for the micro-batch's other calls;
         and the topics that were deleted and created again since the last read."""
         views = self._plan.snapshot(strict=strict)
         ids = self._plan.topic_ids
+        unchecked = sorted(set(ids) - self._read_checked)
+        if self.options.client is not None and unchecked:
+            require_read_access(self.options.client, unchecked)
+            self._read_checked.update(unchecked)
         recreated = {t for t, i in ids.items() if self._topic_ids.get(t, i) != i}
         self._topic_ids = dict(ids)
         self._log_starts = {tp: v.log_start_offset for tp, v in views.items()}
@@ -182,7 +191,7 @@ class SparkLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         extra: dict[str, Any] = {}
         o = self.options
         if o.group and o.client is not None:
-            extra.update(group=o.group, bootstrap=o.client.bootstrap)
+            extra.update(group_report(o.group, o.client))
         if self._plan.data_loss_events:
             extra.update(
                 dataLossEvents=self._plan.data_loss_events,

@@ -5,8 +5,10 @@ Columns as Spark's Kafka sink: ``value`` (string or binary, required), ``key`` (
 binary), ``topic`` (string; the ``topic`` option overrides it), ``partition`` (int) and
 ``headers`` (array<struct<key string, value binary>>); other columns are ignored. Options:
 ``kafka.bootstrap.servers`` (required), ``topic``, ``kafka.batch.size`` (bytes of a record
-batch, default and maximum 768 KiB; keep it unchanged when restarting a query); other
-``kafka.*`` producer settings are accepted and ignored. A record
+batch, default and maximum 768 KiB; keep it unchanged when restarting a query), Kafka's
+security options (``kafka.security.protocol``, ``kafka.sasl.*``, ``kafka.ssl.*``: see
+``ClientSettings.from_options``); other ``kafka.*`` producer settings are accepted and
+ignored. A record
 goes to its ``partition`` if given, else to murmur2(key) like Kafka's default partitioner,
 else (null key) round robin from the task's partition id — deterministic, so that a replayed
 micro-batch puts every record where it went the first time.
@@ -184,7 +186,8 @@ def write_options(options: Mapping[str, str], schema: StructType) -> WriteOption
             SINK_TIMEOUT_S
         )
     except ValueError as e:
-        raise OptionError(f"option kafka.bootstrap.servers: {e}") from None
+        raise OptionError(f"Kafka client options (kafka.bootstrap.servers, kafka.security.*, "
+                          f"kafka.sasl.*, kafka.ssl.*): {e}") from None  # fmt: skip
     topic = opts.get("topic")
     if topic is not None:
         names.validate_topic_name(topic)

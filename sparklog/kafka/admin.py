@@ -13,7 +13,7 @@ from typing import Any, TypeVar
 from kio.schema.errors import ErrorCode
 
 from sparklog.errors import KafkaRequestError
-from sparklog.kafka.client import ClientSettings, KafkaClient
+from sparklog.kafka.client import KafkaClient
 from sparklog.kafka.wire import ApiKey
 
 LATEST, EARLIEST = -1, -2  # ListOffsets' special timestamps
@@ -29,7 +29,7 @@ T = TypeVar("T")
 
 
 def _client_for(client: KafkaClient, address: str) -> KafkaClient:
-    return KafkaClient(ClientSettings(address, client.settings.timeout_s, client.client_id))
+    return KafkaClient(client.settings.with_bootstrap(address))
 
 
 def at_coordinator(client: KafkaClient, group: str, call: Callable[[KafkaClient], T]) -> T:
@@ -211,8 +211,7 @@ def _offsets_from_leaders(
             starts |= list_offsets(client, name, led, EARLIEST)
             ends |= list_offsets(client, name, led, LATEST)
             continue
-        settings = ClientSettings(brokers[leader], client.settings.timeout_s, client.client_id)
-        with KafkaClient(settings) as c:
+        with _client_for(client, brokers[leader]) as c:
             starts |= list_offsets(c, name, led, EARLIEST)
             ends |= list_offsets(c, name, led, LATEST)
     return starts, ends
