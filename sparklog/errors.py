@@ -258,7 +258,7 @@ class TopicAuthorizationError(AuthorizationError):
     """TOPIC_AUTHORIZATION_FAILED."""
 
 
-class GroupAuthorizationError(AuthorizationError):
+class GroupAuthorizationError(AuthorizationError, GroupError):
     """GROUP_AUTHORIZATION_FAILED."""
 
 

@@ -97,9 +97,9 @@ APIS: dict[int, Api] = {
     ApiKey.LIST_TRANSACTIONS: Api("ListTransactions", 0, 1, txn.list_transactions),
     ApiKey.SASL_HANDSHAKE: Api("SaslHandshake", 1, 1, security.sasl_handshake),
     ApiKey.SASL_AUTHENTICATE: Api("SaslAuthenticate", 0, 2, security.sasl_authenticate),
-    ApiKey.DESCRIBE_ACLS: Api("DescribeAcls", 0, 3, security.describe_acls),
-    ApiKey.CREATE_ACLS: Api("CreateAcls", 0, 3, security.create_acls),
-    ApiKey.DELETE_ACLS: Api("DeleteAcls", 0, 3, security.delete_acls),
+    ApiKey.DESCRIBE_ACLS: Api("DescribeAcls", 1, 3, security.describe_acls),
+    ApiKey.CREATE_ACLS: Api("CreateAcls", 1, 3, security.create_acls),
+    ApiKey.DELETE_ACLS: Api("DeleteAcls", 1, 3, security.delete_acls),
     ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: Api(
         "DescribeUserScramCredentials", 0, 0, security.describe_user_scram_credentials
     ),

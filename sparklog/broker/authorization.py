@@ -4,13 +4,14 @@ DescribeCluster and DescribeGroups (KIP-430).
 The field is a bit set of Kafka's ``AclOperation`` codes (bit ``1 << code``), or
 ``NOT_REQUESTED`` (``INT32_MIN``) when the request did not ask for it. Without an
 authorizer every operation a resource type supports is allowed, so the answer is the full
-set for that type (Kafka's own answer with no authorizer configured). Issue 17's ACLs
-narrow it per principal in one place: here.
+set for that type (Kafka's own answer with no authorizer configured); with one, the set
+of operations the principal's ACLs allow on that resource (``allowed``).
 """
 
 from __future__ import annotations
 
 import enum
+from collections.abc import Callable
 
 NOT_REQUESTED = -(2**31)
 
@@ -45,12 +46,15 @@ SUPPORTED = {
 }  # fmt: skip
 
 
-def authorized_operations(resource_type: str, requested: bool = True) -> int:
-    """The bit set for a resource of ``resource_type`` (all it supports: no authorizer),
-    or ``NOT_REQUESTED``."""
+def authorized_operations(
+    resource_type: str, requested: bool = True, allowed: Callable[[int], bool] | None = None
+) -> int:
+    """The bit set for a resource of ``resource_type``: every operation it supports that
+    ``allowed`` (the principal's ACLs; None: all) allows; or ``NOT_REQUESTED``."""
     if not requested:
         return NOT_REQUESTED
     bits = 0
     for op in SUPPORTED[resource_type]:
-        bits |= 1 << int(op)
+        if allowed is None or allowed(int(op)):
+            bits |= 1 << int(op)
     return bits

@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from sparklog.broker.partitions import PartitionManager
     from sparklog.broker.transactions import TransactionCoordinator
     from sparklog.security.service import SecurityService
+    from sparklog.storage.topics import TopicMeta
 
 _DENIED: dict[ResourceType, type[AuthorizationError]] = {
     ResourceType.TOPIC: TopicAuthorizationError,
@@ -88,6 +89,19 @@ class RequestContext:
             what = "the cluster" if rtype == ResourceType.CLUSTER else (
                 f"{rtype.name.lower().replace('_', ' ')} {name!r}")  # fmt: skip
             raise _DENIED[rtype](f"{self.connection.principal} may not {op.name} {what}")
+
+    def may_create_topic(self, name: str) -> bool:
+        """CREATE on the cluster or on the topic (Kafka's rule for CreateTopics and for
+        auto-creation)."""
+        return self.allowed(AclOperation.CREATE, ResourceType.CLUSTER) or self.allowed(
+            AclOperation.CREATE, ResourceType.TOPIC, name
+        )
+
+    def auto_create(self, name: str) -> TopicMeta:
+        """The topic's metadata, auto-created only if the principal may create it."""
+        if self.may_create_topic(name):
+            return self.manager.auto_create(name)
+        return self.manager.topic(name)
 
     @property
     def manager(self) -> PartitionManager:

@@ -27,8 +27,11 @@ from sparklog.errors import (
     InvalidConfigError,
     ReplicaAssignmentError,
     SparkLogError,
+    TopicAuthorizationError,
     TopicExistsError,
 )
+from sparklog.security.acls import AclOperation as Op
+from sparklog.security.acls import ResourceType as RT
 from sparklog.storage import names
 from sparklog.storage.config import TopicConfig
 from sparklog.storage.topics import TopicMeta
@@ -114,6 +117,8 @@ async def create_topics(ctx: RequestContext, header: Any, req: Any) -> dict[str,
             "configs": [],
         }
         try:
+            if not ctx.may_create_topic(t.name):
+                raise TopicAuthorizationError(f"{ctx.principal} may not CREATE topic {t.name!r}")
             names.validate_topic_name(t.name)
             if int(t.replication_factor) not in (-1, 1):
                 entry["error_code"] = ErrorCode.invalid_replication_factor
@@ -202,6 +207,7 @@ async def delete_topics(ctx: RequestContext, header: Any, req: Any) -> dict[str,
     for name in req.topic_names:
         entry: dict[str, Any] = {"name": name, "error_code": ErrorCode.none, "error_message": None}
         try:
+            ctx.require(Op.DELETE, RT.TOPIC, name)
             ctx.manager.delete_topic(name)
         except (SparkLogError, ValueError) as e:
             entry.update(error_code=error_code(e), error_message=str(e))
@@ -218,6 +224,7 @@ async def create_partitions(ctx: RequestContext, header: Any, req: Any) -> dict[
             "error_message": None,
         }
         try:
+            ctx.require(Op.ALTER, RT.TOPIC, t.name)
             meta = ctx.manager.topic(t.name)
             if t.assignments:
                 if len(t.assignments) != int(t.count) - meta.partitions:
@@ -258,6 +265,7 @@ async def describe_configs(ctx: RequestContext, header: Any, req: Any) -> dict[s
             "configs": [],
         }
         try:
+            _require_configs(ctx, Op.DESCRIBE_CONFIGS, r)
             if r.resource_type == TOPIC_RESOURCE:
                 meta = ctx.manager.topic(r.resource_name)
                 dynamic = ctx.manager.storage.topics.defaults()
@@ -304,6 +312,14 @@ async def describe_configs(ctx: RequestContext, header: Any, req: Any) -> dict[s
 OP_SET, OP_DELETE, OP_APPEND, OP_SUBTRACT = 0, 1, 2, 3
 _LIST_CONFIGS = {"cleanup.policy"}
 BROKER_LISTS = {"log.cleanup.policy"}
+
+
+def _require_configs(ctx: RequestContext, op: Op, r: Any) -> None:
+    """DESCRIBE_CONFIGS or ALTER_CONFIGS on the topic, or on the cluster for a broker."""
+    if int(r.resource_type) == TOPIC_RESOURCE:
+        ctx.require(op, RT.TOPIC, r.resource_name)
+    elif int(r.resource_type) == BROKER_RESOURCE:
+        ctx.require(op, RT.CLUSTER)
 
 
 def _alter_entry(r: Any) -> dict[str, Any]:
@@ -358,6 +374,7 @@ def _alter_each(ctx: RequestContext, req: Any, change: ConfigChange) -> dict[str
         entry = _alter_entry(r)
         if not _refuse_unsupported(r, entry):
             try:
+                _require_configs(ctx, Op.ALTER_CONFIGS, r)
                 _unique_names(r)
                 sets, deletes, replace = change(r)
                 validate_only = bool(req.validate_only)

@@ -11,6 +11,8 @@ from sparklog.broker.authorization import NOT_REQUESTED, authorized_operations
 from sparklog.broker.context import RequestContext
 from sparklog.broker.errors import error_code
 from sparklog.errors import FrameError, SparkLogError, UnknownTopicError
+from sparklog.security.acls import AclOperation as Op
+from sparklog.security.acls import ResourceType as RT
 
 
 def _cluster_partition(ctx: RequestContext, name: str, p: int) -> dict[str, Any]:
@@ -78,7 +80,9 @@ def _topic_entry(ctx: RequestContext, name: str, with_ops: bool = False) -> dict
         "topic_id": uuid.UUID(meta.topic_id),
         "is_internal": name.startswith("__"),
         "partitions": partitions,
-        "topic_authorized_operations": authorized_operations("topic", with_ops),
+        "topic_authorized_operations": authorized_operations(
+            "topic", with_ops, lambda op: ctx.allowed(Op(op), RT.TOPIC, name)
+        ),
     }
 
 
@@ -106,10 +110,15 @@ async def describe_cluster(ctx: RequestContext, header: Any, req: Any) -> dict[s
             {"broker_id": b["node_id"], "host": b["host"], "port": b["port"], "rack": b["rack"]}
             for b in _brokers(ctx)
         ],
-        "cluster_authorized_operations": authorized_operations(
-            "cluster", bool(getattr(req, "include_cluster_authorized_operations", False))
-        ),
+        "cluster_authorized_operations": _cluster_ops(ctx, req),
     }
+
+
+def _cluster_ops(ctx: RequestContext, req: Any) -> int:
+    return authorized_operations(
+        "cluster", bool(getattr(req, "include_cluster_authorized_operations", False)),
+        lambda op: ctx.allowed(Op(op), RT.CLUSTER),
+    )  # fmt: skip
 
 
 async def metadata(ctx: RequestContext, header: Any, req: Any) -> dict[str, Any]:
@@ -123,12 +132,16 @@ async def metadata(ctx: RequestContext, header: Any, req: Any) -> dict[str, Any]
     everything = req.topics is None
     # internal topics (__consumer_offsets) are listed only when asked for by name
     listed = sorted(n for n in ctx.manager.topics() if not n.startswith("__"))
+    if everything:  # only what the principal may DESCRIBE is listed
+        listed = [n for n in listed if ctx.allowed(Op.DESCRIBE, RT.TOPIC, n)]
     wanted = listed if everything else [t.name for t in req.topics]
     topics = []
     for name in wanted:
         try:
+            if not everything:
+                ctx.require(Op.DESCRIBE, RT.TOPIC, name)
             if allow_auto and req.topics is not None:
-                ctx.manager.auto_create(name)
+                ctx.auto_create(name)
             topics.append(_topic_entry(ctx, name, with_ops))
         except (SparkLogError, ValueError) as e:
             code = error_code(e)
@@ -150,7 +163,5 @@ async def metadata(ctx: RequestContext, header: Any, req: Any) -> dict[str, Any]
         "cluster_id": ctx.cluster_id,
         "controller_id": _controller(ctx),
         "topics": topics,
-        "cluster_authorized_operations": authorized_operations(
-            "cluster", bool(getattr(req, "include_cluster_authorized_operations", False))
-        ),
+        "cluster_authorized_operations": _cluster_ops(ctx, req),
     }

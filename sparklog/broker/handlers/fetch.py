@@ -34,8 +34,15 @@ from kio.schema.errors import ErrorCode
 from sparklog.broker.context import RequestContext
 from sparklog.broker.errors import error_code
 from sparklog.broker.partitions import PartitionHandle
-from sparklog.errors import NotLeaderError, OffsetOutOfRangeError, SparkLogError
+from sparklog.errors import (
+    NotLeaderError,
+    OffsetOutOfRangeError,
+    SparkLogError,
+    TopicAuthorizationError,
+)
 from sparklog.kafka.records import CODECS, encode_batches
+from sparklog.security.acls import AclOperation as Op
+from sparklog.security.acls import ResourceType as RT
 
 FOLLOWER_POLL_S = 0.05
 #: stands for "a partition read as a follower" among the handles a fetch waits on
@@ -63,6 +70,7 @@ def _read_partition(
     first: bool,
     rack: str = "",
     committed: bool = False,
+    replica: bool = False,
 ) -> tuple[dict[str, Any], PartitionHandle | object | None, int]:
     base = {
         "partition_index": p.partition,
@@ -77,6 +85,11 @@ def _read_partition(
     }
     waiter: PartitionHandle | object
     try:
+        if replica:  # a follower's fetch: only brokers (CVE-2018-1288)
+            if not ctx.allowed(Op.CLUSTER_ACTION, RT.CLUSTER):
+                raise TopicAuthorizationError(f"{ctx.principal} may not fetch as a replica")
+        else:
+            ctx.require(Op.READ, RT.TOPIC, topic)
         meta = ctx.manager.topic(topic)
         try:
             current = int(getattr(p, "current_leader_epoch", -1))
@@ -146,11 +159,12 @@ async def fetch(ctx: RequestContext, header: Any, req: Any) -> dict[str, Any]:
         responses = []
         rack = getattr(req, "rack_id", "") or ""
         committed = int(getattr(req, "isolation_level", 0)) == 1
+        replica = int(getattr(req, "replica_id", -1)) >= 0
         for t in req.topics:
             parts = []
             for p in t.partitions:
                 entry, waiter, size = _read_partition(
-                    ctx, t.topic, p, budget, total == 0, rack, committed
+                    ctx, t.topic, p, budget, total == 0, rack, committed, replica
                 )
                 parts.append(entry)
                 total += size

@@ -5,6 +5,7 @@ with the defaults of older versions, so one handler serves every advertised vers
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from kio.schema.errors import ErrorCode
@@ -15,6 +16,8 @@ from sparklog.broker.errors import error_code
 from sparklog.broker.groups import JoinRequest
 from sparklog.broker.offsets import CommitEntry
 from sparklog.errors import GroupError, GroupNotFoundError, SparkLogError
+from sparklog.security.acls import AclOperation as Op
+from sparklog.security.acls import ResourceType as RT
 
 
 def _ms(value: Any, default: int) -> int:
@@ -58,6 +61,13 @@ async def find_coordinator(ctx: RequestContext, header: Any, req: Any) -> dict[s
     keys = list(getattr(req, "coordinator_keys", ()) or [getattr(req, "key", "")])
     key_type = int(getattr(req, "key_type", 0))
     found = [{"key": k, **_coordinator(ctx, k, key_type)} for k in keys]
+    for entry in found:  # DESCRIBE on the group, or on the transactional id (key type 1)
+        rtype = RT.TRANSACTIONAL_ID if key_type == 1 else RT.GROUP
+        if not ctx.allowed(Op.DESCRIBE, rtype, entry["key"]):
+            denied = (ErrorCode.transactional_id_authorization_failed if key_type == 1
+                      else ErrorCode.group_authorization_failed)  # fmt: skip
+            why = f"{ctx.principal} may not DESCRIBE {entry['key']!r}"
+            entry.update(node_id=-1, host="", port=-1, error_code=denied, error_message=why)
     first = {k: v for k, v in found[0].items() if k != "key"}
     return {"throttle_time": 0, **first, "coordinators": found}
 
@@ -77,6 +87,7 @@ async def join_group(ctx: RequestContext, header: Any, req: Any) -> dict[str, An
         requires_known_member_id=ctx.api_version >= 4,
     )
     try:
+        ctx.require(Op.READ, RT.GROUP, req.group_id)
         ctx.check_coordinator(req.group_id)
         return await ctx.coordinator.join(join)
     except GroupError as e:
@@ -95,6 +106,7 @@ async def join_group(ctx: RequestContext, header: Any, req: Any) -> dict[str, An
 
 async def sync_group(ctx: RequestContext, header: Any, req: Any) -> dict[str, Any]:
     try:
+        ctx.require(Op.READ, RT.GROUP, req.group_id)
         ctx.check_coordinator(req.group_id)
         assignment, group = await ctx.coordinator.sync(
             req.group_id,
@@ -117,6 +129,7 @@ async def sync_group(ctx: RequestContext, header: Any, req: Any) -> dict[str, An
 
 async def heartbeat(ctx: RequestContext, header: Any, req: Any) -> dict[str, Any]:
     try:
+        ctx.require(Op.READ, RT.GROUP, req.group_id)
         ctx.check_coordinator(req.group_id)
         ctx.coordinator.heartbeat(
             req.group_id, req.member_id, getattr(req, "group_instance_id", None),
@@ -133,6 +146,7 @@ async def leave_group(ctx: RequestContext, header: Any, req: Any) -> dict[str, A
 
     def leave(member_id: str, instance_id: str | None) -> ErrorCode:
         try:
+            ctx.require(Op.READ, RT.GROUP, req.group_id)
             ctx.check_coordinator(req.group_id)
             coordinator.leave(req.group_id, member_id, instance_id)
             return ErrorCode.none
@@ -155,6 +169,7 @@ async def offset_commit(ctx: RequestContext, header: Any, req: Any) -> dict[str,
                              getattr(req, "generation_id", -1)))  # fmt: skip
     code = ErrorCode.none
     try:
+        ctx.require(Op.READ, RT.GROUP, req.group_id)
         ctx.check_coordinator(req.group_id)
         ctx.coordinator.check_commit(
             req.group_id, req.member_id or "", getattr(req, "group_instance_id", None), generation
@@ -167,6 +182,8 @@ async def offset_commit(ctx: RequestContext, header: Any, req: Any) -> dict[str,
         parts = []
         for p in t.partitions:
             pcode = code
+            if pcode == ErrorCode.none and not ctx.allowed(Op.READ, RT.TOPIC, t.name):
+                pcode = ErrorCode.topic_authorization_failed
             if pcode == ErrorCode.none:
                 try:
                     ctx.manager.topic(t.name)
@@ -204,6 +221,7 @@ def _fetch_group(
     read_committed consumers send): a partition with a transactional commit not yet
     decided is UNSTABLE_OFFSET_COMMIT (retriable) instead of an offset that may change."""
     try:
+        ctx.require(Op.DESCRIBE, RT.GROUP, group_id)
         ctx.check_coordinator(group_id)
     except GroupError as e:
         return {"group_id": group_id, "topics": [], "error_code": error_code(e)}
@@ -213,15 +231,17 @@ def _fetch_group(
     if topics is None:
         by_topic: dict[str, list[int]] = {}
         for t, p in sorted(committed):
-            by_topic.setdefault(t, []).append(p)
+            if ctx.allowed(Op.DESCRIBE, RT.TOPIC, t):  # the others are left out
+                by_topic.setdefault(t, []).append(p)
         wanted = list(by_topic.items())
     else:
         wanted = [(t.name, list(t.partition_indexes)) for t in topics]
     out = []
     for name, parts in wanted:
         rows = []
+        described = ctx.allowed(Op.DESCRIBE, RT.TOPIC, name)
         for p in parts:
-            c = committed.get((name, p))
+            c = committed.get((name, p)) if described else None
             rows.append(
                 {
                     "partition_index": p,
@@ -229,7 +249,9 @@ def _fetch_group(
                     "committed_leader_epoch": c.leader_epoch if c else -1,
                     "metadata": c.metadata if c else "",
                     "error_code": (
-                        ErrorCode.unstable_offset_commit
+                        ErrorCode.topic_authorization_failed
+                        if not described
+                        else ErrorCode.unstable_offset_commit
                         if (name, p) in unstable
                         else ErrorCode.none
                     ),
@@ -261,15 +283,30 @@ async def list_groups(ctx: RequestContext, header: Any, req: Any) -> dict[str, A
             continue
         rows[gid] = {"group_id": gid, "protocol_type": g.protocol_type or "consumer",
                      "group_state": g.state.value}  # fmt: skip
-    groups = [r for r in rows.values() if not wanted or r["group_state"] in wanted]
+    everything = ctx.allowed(Op.DESCRIBE, RT.CLUSTER)  # else the groups it may describe
+    groups = [
+        r for r in rows.values()
+        if (not wanted or r["group_state"] in wanted)
+        and (everything or ctx.allowed(Op.DESCRIBE, RT.GROUP, r["group_id"]))
+    ]  # fmt: skip
     return {"throttle_time": 0, "error_code": ErrorCode.none,
             "groups": sorted(groups, key=lambda r: r["group_id"])}  # fmt: skip
 
 
+def _group_op(ctx: RequestContext, group: str, op: int) -> bool:
+    return ctx.allowed(Op(op), RT.GROUP, group)
+
+
 async def describe_groups(ctx: RequestContext, header: Any, req: Any) -> dict[str, Any]:
-    ops = authorized_operations("group", bool(getattr(req, "include_authorized_operations", False)))
+    requested = bool(getattr(req, "include_authorized_operations", False))
     out = []
     for gid in req.groups:
+        ops = authorized_operations("group", requested, functools.partial(_group_op, ctx, gid))
+        if not ctx.allowed(Op.DESCRIBE, RT.GROUP, gid):
+            out.append({"error_code": ErrorCode.group_authorization_failed, "group_id": gid,
+                        "group_state": "", "protocol_type": "", "protocol_data": "",
+                        "members": [], "authorized_operations": ops})  # fmt: skip
+            continue
         if not ctx.coordinates(gid):
             out.append({"error_code": ErrorCode.not_coordinator, "group_id": gid,
                         "group_state": "", "protocol_type": "", "protocol_data": "",
@@ -305,6 +342,7 @@ async def delete_groups(ctx: RequestContext, header: Any, req: Any) -> dict[str,
     for gid in req.groups_names:
         code = ErrorCode.none
         try:
+            ctx.require(Op.DELETE, RT.GROUP, gid)
             ctx.check_coordinator(gid)
             if gid not in ctx.coordinator.groups and gid not in ctx.offsets.offsets:
                 raise GroupNotFoundError(f"group {gid!r} has no members and no offsets")
@@ -323,12 +361,16 @@ async def offset_delete(ctx: RequestContext, header: Any, req: Any) -> dict[str,
     wanted = [(t.name, int(p.partition_index)) for t in req.topics for p in t.partitions]
     codes: dict[tuple[str, int], ErrorCode] = {}
     try:
+        ctx.require(Op.DELETE, RT.GROUP, req.group_id)
         ctx.check_coordinator(req.group_id)
         group = ctx.coordinator.groups.get(req.group_id)
         if group is None and req.group_id not in ctx.offsets.offsets:
             raise GroupNotFoundError(f"group {req.group_id!r} has no members and no offsets")
         busy = group.subscribed_topics() if group is not None else set()
         codes = {tp: ErrorCode.group_subscribed_to_topic for tp in wanted if tp[0] in busy}
+        for tp in wanted:
+            if not ctx.allowed(Op.READ, RT.TOPIC, tp[0]):
+                codes[tp] = ErrorCode.topic_authorization_failed
         await ctx.offsets.delete_offsets(req.group_id, [tp for tp in wanted if tp not in codes])
         top = ErrorCode.none
     except GroupError as e:

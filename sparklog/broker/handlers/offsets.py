@@ -11,6 +11,8 @@ from kio.schema.errors import ErrorCode
 from sparklog.broker.context import RequestContext
 from sparklog.broker.errors import error_code
 from sparklog.errors import OffsetOutOfRangeError, SparkLogError
+from sparklog.security.acls import AclOperation as Op
+from sparklog.security.acls import ResourceType as RT
 from sparklog.storage.reader import LogView
 
 LATEST = -1
@@ -52,6 +54,7 @@ async def list_offsets(ctx: RequestContext, header: Any, req: Any) -> dict[str, 
                 "leader_epoch": -1,
             }
             try:
+                ctx.require(Op.DESCRIBE, RT.TOPIC, t.name)
                 ctx.manager.topic(t.name)
                 current = int(getattr(p, "current_leader_epoch", -1))
                 handle = ctx.manager.led(t.name, p.partition_index, current)
@@ -93,6 +96,10 @@ async def offset_for_leader_epoch(ctx: RequestContext, header: Any, req: Any) ->
                 "end_offset": -1,
             }
             try:
+                if int(getattr(req, "replica_id", -1)) >= 0:
+                    ctx.require(Op.CLUSTER_ACTION, RT.CLUSTER)
+                else:
+                    ctx.require(Op.DESCRIBE, RT.TOPIC, t.topic)
                 ctx.manager.topic(t.topic)
                 current = int(getattr(p, "current_leader_epoch", -1))
                 handle = ctx.manager.led(t.topic, p.partition, current)
@@ -117,6 +124,7 @@ async def delete_records(ctx: RequestContext, header: Any, req: Any) -> dict[str
                 "error_code": ErrorCode.none,
             }
             try:
+                ctx.require(Op.DELETE, RT.TOPIC, t.name)
                 ctx.manager.topic(t.name)
                 handle = ctx.manager.partition(t.name, p.partition_index)
                 offset = int(p.offset)

@@ -31,6 +31,8 @@ from sparklog.errors import (
     UnknownProducerError,
 )
 from sparklog.kafka.records import decode_batch, split_batches
+from sparklog.security.acls import AclOperation as Op
+from sparklog.security.acls import ResourceType as RT
 
 _SEQUENCE_ERRORS = (
     DuplicateSequenceError,
@@ -77,7 +79,8 @@ def _append_one(
 ) -> tuple[dict[str, Any], PartitionHandle | None, int]:
     """Append one partition's data; returns (response entry, handle, next offset to await)."""
     manager = ctx.manager
-    meta = manager.auto_create(topic)
+    ctx.require(Op.WRITE, RT.TOPIC, topic)
+    meta = manager.topic(topic) if not ctx.may_create_topic(topic) else manager.auto_create(topic)
     handle = manager.partition(topic, index)
     if records is None:
         raise InvalidBatchError("no records")
@@ -160,9 +163,18 @@ async def produce(ctx: RequestContext, header: Any, req: Any) -> dict[str, Any] 
     acks = int(req.acks)
     topics_out = []
     waits: list[tuple[dict[str, Any], PartitionHandle, int]] = []
+    txn_denied = req.transactional_id is not None and not ctx.allowed(
+        Op.WRITE, RT.TRANSACTIONAL_ID, req.transactional_id
+    )
     for topic_data in req.topic_data:
         parts_out = []
         for pdata in topic_data.partition_data:
+            if txn_denied:  # CVE-2018-17196: no transactional write without the ACL
+                parts_out.append(_partition_error(
+                    pdata.index, ErrorCode.transactional_id_authorization_failed,
+                    f"{ctx.principal} may not WRITE transactional id {req.transactional_id!r}",
+                ))  # fmt: skip
+                continue
             if acks not in (0, 1, -1):
                 parts_out.append(
                     _partition_error(pdata.index, ErrorCode.invalid_required_acks, None)

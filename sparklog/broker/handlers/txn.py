@@ -20,13 +20,21 @@ from sparklog.broker.context import RequestContext
 from sparklog.broker.errors import error_code
 from sparklog.broker.offsets import OFFSETS_TOPIC, CommitEntry, offsets_partition
 from sparklog.broker.transactions import STATES, describe_entry, write_local_marker
-from sparklog.errors import NotCoordinatorError, SparkLogError
+from sparklog.errors import ClusterAuthorizationError, NotCoordinatorError, SparkLogError
+from sparklog.security.acls import AclOperation as Op
+from sparklog.security.acls import ResourceType as RT
 
 
 def _ms(value: Any) -> int:
     if hasattr(value, "total_seconds"):
         return int(value.total_seconds() * 1000)
     return int(value)
+
+
+class _PartlyDenied(Exception):
+    def __init__(self, denied: set[tuple[str, int]]) -> None:
+        super().__init__("topics denied")
+        self.denied = denied
 
 
 def _check_coordinator(ctx: RequestContext, tid: str) -> None:
@@ -44,12 +52,19 @@ async def init_producer_id(ctx: RequestContext, header: Any, req: Any) -> dict[s
     tid = req.transactional_id
     if tid is not None:
         try:
+            ctx.require(Op.WRITE, RT.TRANSACTIONAL_ID, tid)
             _check_coordinator(ctx, tid)
             out["producer_id"], out["producer_epoch"] = await ctx.transactions.init_producer_id(
                 tid, _ms(req.transaction_timeout), pid, epoch
             )
         except (SparkLogError, ValueError) as e:
             out["error_code"] = error_code(e)
+        return out
+    # KIP-679: an idempotent producer needs IDEMPOTENT_WRITE on the cluster, or WRITE on
+    # some topic (CVE-2018-17196: no producer id for whoever may write nowhere)
+    if not (ctx.allowed(Op.IDEMPOTENT_WRITE, RT.CLUSTER)
+            or ctx.allowed_any(Op.WRITE, RT.TOPIC)):  # fmt: skip
+        out["error_code"] = ErrorCode.cluster_authorization_failed
         return out
     if pid >= 0 and 0 <= epoch < 32767:
         # KIP-360: an idempotent producer that hit an error asks for a bumped epoch
@@ -69,6 +84,10 @@ async def add_partitions_to_txn(ctx: RequestContext, header: Any, req: Any) -> d
     wanted = [(t.name, int(p)) for t in req.v3_and_below_topics for p in t.partitions]
     codes: dict[tuple[str, int], ErrorCode] = {}
     try:
+        ctx.require(Op.WRITE, RT.TRANSACTIONAL_ID, tid)
+        denied = {tp for tp in wanted if not ctx.allowed(Op.WRITE, RT.TOPIC, tp[0])}
+        if denied:
+            raise _PartlyDenied(denied)
         _check_coordinator(ctx, tid)
         missing = ctx.transactions.check_partitions(wanted)
         if missing:
@@ -80,6 +99,9 @@ async def add_partitions_to_txn(ctx: RequestContext, header: Any, req: Any) -> d
             await ctx.transactions.add_partitions(
                 tid, int(req.v3_and_below_producer_id), int(req.v3_and_below_producer_epoch), wanted
             )
+    except _PartlyDenied as e:
+        codes = {tp: ErrorCode.topic_authorization_failed if tp in e.denied
+                 else ErrorCode.operation_not_attempted for tp in wanted}  # fmt: skip
     except (SparkLogError, ValueError) as e:
         codes = dict.fromkeys(wanted, error_code(e))
     topics: dict[str, list[dict[str, Any]]] = {}
@@ -96,6 +118,8 @@ async def add_partitions_to_txn(ctx: RequestContext, header: Any, req: Any) -> d
 
 async def add_offsets_to_txn(ctx: RequestContext, header: Any, req: Any) -> dict[str, Any]:
     try:
+        ctx.require(Op.WRITE, RT.TRANSACTIONAL_ID, req.transactional_id)
+        ctx.require(Op.READ, RT.GROUP, req.group_id)
         _check_coordinator(ctx, req.transactional_id)
         await ctx.transactions.add_partitions(
             req.transactional_id, int(req.producer_id), int(req.producer_epoch),
@@ -109,6 +133,7 @@ async def add_offsets_to_txn(ctx: RequestContext, header: Any, req: Any) -> dict
 
 async def end_txn(ctx: RequestContext, header: Any, req: Any) -> dict[str, Any]:
     try:
+        ctx.require(Op.WRITE, RT.TRANSACTIONAL_ID, req.transactional_id)
         _check_coordinator(ctx, req.transactional_id)
         await ctx.transactions.end_txn(
             req.transactional_id, int(req.producer_id), int(req.producer_epoch),
@@ -133,6 +158,10 @@ async def txn_offset_commit(ctx: RequestContext, header: Any, req: Any) -> dict[
         for p in t.partitions
     ]
     try:
+        ctx.require(Op.WRITE, RT.TRANSACTIONAL_ID, req.transactional_id)
+        ctx.require(Op.READ, RT.GROUP, req.group_id)
+        for e_ in entries:
+            ctx.require(Op.READ, RT.TOPIC, e_.topic)
         ctx.check_coordinator(req.group_id)
         await ctx.offsets.txn_commit(
             req.group_id, int(req.producer_id), int(req.producer_epoch), entries
@@ -151,14 +180,18 @@ async def txn_offset_commit(ctx: RequestContext, header: Any, req: Any) -> dict[
 
 
 async def write_txn_markers(ctx: RequestContext, header: Any, req: Any) -> dict[str, Any]:
-    """Markers a transaction coordinator sends to this broker for the partitions it leads."""
+    """Markers a transaction coordinator sends to this broker for the partitions it leads:
+    brokers only (CLUSTER_ACTION; CVE-2018-1288)."""
     markers = []
+    allowed = ctx.allowed(Op.CLUSTER_ACTION, RT.CLUSTER)
     for m in req.markers:
         topics = []
         for t in m.topics:
             parts = []
             for p in t.partition_indexes:
                 try:
+                    if not allowed:
+                        raise ClusterAuthorizationError(f"{ctx.principal} may not write markers")
                     ctx.manager.led(t.name, int(p))
                     await write_local_marker(
                         ctx.manager, ctx.offsets, t.name, int(p), int(m.producer_id),
@@ -178,6 +211,7 @@ async def describe_transactions(ctx: RequestContext, header: Any, req: Any) -> d
     out = []
     for tid in req.transactional_ids:
         try:
+            ctx.require(Op.DESCRIBE, RT.TRANSACTIONAL_ID, tid)
             _check_coordinator(ctx, tid)
             out.append({"error_code": ErrorCode.none,
                         **describe_entry(ctx.transactions.describe(tid))})  # fmt: skip
@@ -197,6 +231,8 @@ async def list_transactions(ctx: RequestContext, header: Any, req: Any) -> dict[
     rows = []
     for tid, meta in sorted(ctx.transactions.txns.items()):
         if not ctx.transactions.coordinates(tid):
+            continue
+        if not ctx.allowed(Op.DESCRIBE, RT.TRANSACTIONAL_ID, tid):
             continue
         if states and meta.state not in states:
             continue
@@ -224,6 +260,7 @@ async def describe_producers(ctx: RequestContext, header: Any, req: Any) -> dict
             entry: dict[str, Any] = {"partition_index": int(p), "error_code": ErrorCode.none,
                                      "error_message": None, "active_producers": []}  # fmt: skip
             try:
+                ctx.require(Op.READ, RT.TOPIC, t.name)
                 handle = ctx.manager.led(t.name, int(p))
                 entry["active_producers"] = [
                     {

@@ -1,0 +1,86 @@
+"""A secured broker for tests: TLS certificates from a throwaway CA (``trustme``), users
+created offline before the broker starts (as ``sparklog users add`` does), and every
+listener at once (SASL_SSL, SASL_PLAINTEXT, SSL, PLAINTEXT)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import trustme
+
+from sparklog.harness import BrokerProcess
+from sparklog.kafka.client import ClientSettings
+from sparklog.security.scram import make_credential
+from sparklog.security.store import CredentialStore
+from sparklog.storage import Storage
+
+ALL_LISTENERS = (
+    "SASL_SSL://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0,SSL://127.0.0.1:0,PLAINTEXT://127.0.0.1:0"
+)
+USERS = {"admin": "admin-secret", "alice": "alice-secret", "bob": "bob-secret"}
+MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+
+
+@dataclass
+class SecureBroker:
+    """Paths and a started ``BrokerProcess`` (see the module docstring)."""
+
+    broker: BrokerProcess
+    ca_file: str
+    client_cert: str  # a client certificate (CN=carol) signed by the same CA: mTLS
+    users: dict[str, str] = field(default_factory=lambda: dict(USERS))
+
+    def confluent(self, protocol: str, user: str | None = "admin",
+                  mechanism: str = "SCRAM-SHA-256", **extra: Any) -> dict[str, Any]:  # fmt: skip
+        """confluent-kafka settings for ``protocol`` as ``user``."""
+        conf: dict[str, Any] = {"bootstrap.servers": self.broker.address(protocol),
+                                "security.protocol": protocol}  # fmt: skip
+        if protocol.endswith("SSL"):
+            conf["ssl.ca.location"] = self.ca_file
+        if protocol.startswith("SASL") and user is not None:
+            conf.update({"sasl.mechanism": mechanism, "sasl.username": user,
+                         "sasl.password": self.users.get(user, "no-such-user")})  # fmt: skip
+        return {**conf, **extra}
+
+    def settings(self, protocol: str = "SASL_PLAINTEXT", user: str = "admin",
+                 mechanism: str = "SCRAM-SHA-256") -> ClientSettings:  # fmt: skip
+        """sparklog's own client settings (RawClient) for ``protocol`` as ``user``."""
+        sasl = protocol.startswith("SASL")
+        return ClientSettings(
+            self.broker.address(protocol), 10.0, "rawclient",
+            security_protocol=protocol,
+            sasl_mechanism=mechanism,
+            sasl_username=user if sasl else None,
+            sasl_password=self.users.get(user, "x") if sasl else None,
+            ssl_cafile=self.ca_file if protocol.endswith("SSL") else None,
+        )  # fmt: skip
+
+
+def start_secure_broker(
+    tmp_path: Path, *, authorizer: bool = True, extra_security: str = "",
+    listen: str = ALL_LISTENERS,
+) -> SecureBroker:  # fmt: skip
+    ca = trustme.CA()
+    server = ca.issue_cert("127.0.0.1", "localhost")
+    server.private_key_and_cert_chain_pem.write_to_path(str(tmp_path / "broker.pem"))
+    ca.cert_pem.write_to_path(str(tmp_path / "ca.pem"))
+    client = ca.issue_cert("carol@example.com", common_name="carol")
+    client.private_key_and_cert_chain_pem.write_to_path(str(tmp_path / "carol.pem"))
+    data = str(tmp_path / "data")
+    creds = CredentialStore(Storage(data))
+    for user, password in USERS.items():
+        for mech in ("SCRAM-SHA-256", "SCRAM-SHA-512"):
+            creds.upsert(user, make_credential(mech, password))
+    config = tmp_path / "broker.toml"
+    config.write_text(
+        "[security]\n"
+        f'ssl_certfile = "{tmp_path / "broker.pem"}"\n'
+        f'ssl_keyfile = "{tmp_path / "broker.pem"}"\n'
+        f'ssl_cafile = "{tmp_path / "ca.pem"}"\n'
+        f"authorizer = {'true' if authorizer else 'false'}\n"
+        'super_users = ["User:admin"]\n' + extra_security
+    )
+    broker = BrokerProcess(data, listen=listen, extra=("--config", str(config))).start()
+    return SecureBroker(broker, str(tmp_path / "ca.pem"), str(tmp_path / "carol.pem"))
