@@ -295,6 +295,7 @@ class BrokerCluster:
         lease_ttl_ms: int = 3000,
         extra: tuple[str, ...] = (),
         racks: dict[int, str] | None = None,
+        listen: str = "",
     ) -> None:
         self.data_dir = data_dir
         self.endpoints = endpoints
@@ -303,7 +304,9 @@ class BrokerCluster:
         self.brokers = {}
         for i in range(1, n + 1):
             rack = ("--rack", racks[i]) if i in racks else ()
-            self.brokers[i] = BrokerProcess(data_dir, extra=("--node-id", str(i), *flags, *rack))
+            self.brokers[i] = BrokerProcess(
+                data_dir, extra=("--node-id", str(i), *flags, *rack), listen=listen
+            )
 
     @property
     def bootstrap(self) -> str:

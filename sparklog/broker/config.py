@@ -43,7 +43,7 @@ TOML layout::
 from __future__ import annotations
 
 import tomllib
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from sparklog.kafka.address import Listener, parse_listener
@@ -94,6 +94,12 @@ class BrokerConfig:
                              "ssl_keyfile")  # fmt: skip
         if any(x.sasl for x in listeners) and not sec.sasl_mechanisms:
             raise ValueError("a SASL listener needs [security] sasl_mechanisms")
+        inter = (sec.inter_broker_listener or protocols[0]).upper()
+        if self.etcd and inter.startswith("SASL_") and not sec.inter_broker_username:
+            raise ValueError(
+                f"cluster mode over a {inter} inter-broker listener needs [security] "
+                "inter_broker_username and inter_broker_password"
+            )
         if sec.inter_broker_listener and sec.inter_broker_listener.upper() not in protocols:
             raise ValueError(f"[security] inter_broker_listener {sec.inter_broker_listener} "
                              f"is not one of the listeners {protocols}")  # fmt: skip
@@ -149,5 +155,5 @@ class BrokerConfig:
                 values["topic_defaults"] = {k: str(v) for k, v in doc["topic_defaults"].items()}
             if "security" in doc:
                 values["security"] = SecurityConfig.from_mapping(dict(doc["security"]), path)
-        config = cls(**values)
-        return replace(config, **{k: v for k, v in overrides.items() if v is not None})
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        return cls(**values)

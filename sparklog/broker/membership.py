@@ -38,6 +38,7 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 from sparklog.broker.offsets import OFFSETS_TOPIC, offsets_partition
 from sparklog.broker.partitions import PartitionManager
@@ -183,11 +184,14 @@ class ClusterMember:
         on_gained: Callable[[str, int], None],
         on_lost: Callable[[str, int], None],
         ack_fence: bool = True,
+        peer_settings: Callable[[BrokerInfo], Any] | None = None,
     ) -> None:
         self.ack_fence = ack_fence
         self.manager = manager
         self.node_id = node_id
         self.rack = rack
+        #: how to call another broker (inter-broker listener and credentials)
+        self.peer_settings = peer_settings
         self.coord = Coordination(endpoints, cluster=cluster, lease_ttl_ms=lease_ttl_ms)
         self._endpoints, self._cluster = endpoints, cluster
         self.view = ClusterView(self.coord, node_id)
@@ -411,8 +415,10 @@ class ClusterMember:
             b = self.view.brokers.get(node)
             if b is not None:
 
-                def send(host: str = b.host, port: int = b.port) -> int:
-                    with KafkaClient(f"{host}:{port}", timeout_s=10) as c:
+                def send(b: BrokerInfo = b) -> int:
+                    settings = self.peer_settings(b) if self.peer_settings else (
+                        f"{b.host}:{b.port}")  # fmt: skip
+                    with KafkaClient(settings, timeout_s=10) as c:
                         r = c.request(wire.ApiKey.WRITE_TXN_MARKERS, 1, body)
                     return int(r.markers[0].topics[0].partitions[0].error_code)
 

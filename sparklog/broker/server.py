@@ -54,9 +54,11 @@ from sparklog.broker.membership import ClusterMember
 from sparklog.broker.offsets import OFFSETS_TOPIC, OffsetStore
 from sparklog.broker.partitions import PartitionManager
 from sparklog.broker.transactions import TXN_TOPIC, TransactionCoordinator
+from sparklog.cluster.coordination import BrokerInfo
 from sparklog.errors import CorruptMetadataError, FrameError
 from sparklog.kafka import wire
 from sparklog.kafka.address import Listener
+from sparklog.kafka.client import ClientSettings
 from sparklog.security.service import SecurityService
 from sparklog.security.tls import certificate_principal, server_context
 from sparklog.storage import Storage
@@ -216,7 +218,28 @@ class Broker:
             on_gained=gained,
             on_lost=lost,
             ack_fence=self.config.ack_fence,
+            peer_settings=self._peer_settings,
         )
+
+    def _peer_settings(self, peer: BrokerInfo) -> ClientSettings:
+        """How this broker calls ``peer`` (WriteTxnMarkers): on the inter-broker listener
+        (``[security] inter_broker_listener``, default the primary listener's protocol), as
+        ``inter_broker_username`` over SASL, presenting its own certificate over TLS (mTLS:
+        its principal is its certificate's CN) and trusting ``ssl_cafile``."""
+        sec = self.config.security
+        protocol = (sec.inter_broker_listener or self.config.listener.security_protocol).upper()
+        host, port = peer.address_for(protocol)
+        sasl, tls = protocol.startswith("SASL_"), protocol in ("SSL", "SASL_SSL")
+        return ClientSettings(
+            f"{host}:{port}", 10.0, f"sparklog-broker-{self.config.node_id}",
+            security_protocol=protocol,
+            sasl_mechanism=sec.sasl_mechanisms[0] if sasl and sec.sasl_mechanisms else "PLAIN",
+            sasl_username=sec.inter_broker_username if sasl else None,
+            sasl_password=sec.inter_broker_password if sasl else None,
+            ssl_cafile=sec.ssl_cafile if tls else None,
+            ssl_certfile=sec.ssl_certfile if tls else None,
+            ssl_keyfile=sec.ssl_keyfile if tls else None,
+        )  # fmt: skip
 
     async def _maintain(self) -> None:
         """Refresh manifests and collect garbage periodically (see the module docstring)."""
