@@ -17,6 +17,7 @@ import hashlib
 import hmac
 import os
 from dataclasses import dataclass
+from hmac import compare_digest
 from typing import Any
 
 #: mechanism -> (hash name, Kafka's ScramMechanism code in the user SCRAM APIs)
@@ -81,7 +82,7 @@ class ScramCredential:
     def check_password(self, password: str) -> bool:
         """Whether ``password`` is this credential's (constant-time comparison)."""
         other = make_credential(self.mechanism, password, self.iterations, self.salt)
-        return hmac.compare_digest(other.stored_key, self.stored_key)
+        return compare_digest(other.stored_key, self.stored_key)
 
 
 def salted_password(mechanism: str, password: str, salt: bytes, iterations: int) -> bytes:
