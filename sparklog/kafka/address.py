@@ -20,6 +20,16 @@ PLAINTEXT = "PLAINTEXT"
 KAFKA_SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 
 
+def uses_tls(protocol: str) -> bool:
+    """Whether Kafka security protocol ``protocol`` runs over TLS."""
+    return protocol in ("SSL", "SASL_SSL")
+
+
+def uses_sasl(protocol: str) -> bool:
+    """Whether ``protocol`` authenticates with SASL."""
+    return protocol.startswith("SASL_")
+
+
 def parse_host_port(value: str) -> tuple[str, int]:
     """``(host, port)`` of ``HOST:PORT`` (ValueError otherwise)."""
     host, sep, port = value.strip().rpartition(":")
@@ -54,11 +64,11 @@ class Listener:
 
     @property
     def tls(self) -> bool:
-        return self.security_protocol in ("SSL", "SASL_SSL")
+        return uses_tls(self.security_protocol)
 
     @property
     def sasl(self) -> bool:
-        return self.security_protocol.startswith("SASL_")
+        return uses_sasl(self.security_protocol)
 
 
 def parse_listener(value: str) -> Listener:

@@ -46,7 +46,7 @@ from sparklog.errors import (
     UnsupportedSaslMechanismError,
 )
 from sparklog.kafka import wire
-from sparklog.kafka.address import parse_bootstrap
+from sparklog.kafka.address import parse_bootstrap, uses_sasl, uses_tls
 from sparklog.kafka.wire import ApiKey
 
 _SIZE = struct.Struct(">i")
@@ -118,11 +118,11 @@ class ClientSettings:
 
     @property
     def tls(self) -> bool:
-        return self.security_protocol in ("SSL", "SASL_SSL")
+        return uses_tls(self.security_protocol)
 
     @property
     def sasl(self) -> bool:
-        return self.security_protocol.startswith("SASL_")
+        return uses_sasl(self.security_protocol)
 
     @property
     def principal(self) -> str:

@@ -58,29 +58,41 @@ class SecureBroker:
         )  # fmt: skip
 
 
+def write_security(
+    where: Path, data_dir: str, *, users: dict[str, str] | None = None,
+    settings: str = "authorizer = true\nsuper_users = [\"User:admin\"]\n",
+) -> Path:  # fmt: skip
+    """A CA and the broker's certificate for 127.0.0.1 (``broker.pem``, ``ca.pem``), a
+    client certificate with CN=carol (``carol.pem``), ``users`` created in ``data_dir``
+    with both SCRAM mechanisms, and ``broker.toml`` with a ``[security]`` table of the TLS
+    files and ``settings``; its path."""
+    ca = trustme.CA()
+    server = ca.issue_cert("127.0.0.1", "localhost")
+    server.private_key_and_cert_chain_pem.write_to_path(str(where / "broker.pem"))
+    ca.cert_pem.write_to_path(str(where / "ca.pem"))
+    client = ca.issue_cert("carol@example.com", common_name="carol")
+    client.private_key_and_cert_chain_pem.write_to_path(str(where / "carol.pem"))
+    creds = CredentialStore(Storage(data_dir))
+    for user, password in (USERS if users is None else users).items():
+        for mech in ("SCRAM-SHA-256", "SCRAM-SHA-512"):
+            creds.upsert(user, make_credential(mech, password))
+    config = where / "broker.toml"
+    config.write_text(
+        "[security]\n"
+        f'ssl_certfile = "{where / "broker.pem"}"\n'
+        f'ssl_keyfile = "{where / "broker.pem"}"\n'
+        f'ssl_cafile = "{where / "ca.pem"}"\n' + settings
+    )
+    return config
+
+
 def start_secure_broker(
     tmp_path: Path, *, authorizer: bool = True, extra_security: str = "",
     listen: str = ALL_LISTENERS,
 ) -> SecureBroker:  # fmt: skip
-    ca = trustme.CA()
-    server = ca.issue_cert("127.0.0.1", "localhost")
-    server.private_key_and_cert_chain_pem.write_to_path(str(tmp_path / "broker.pem"))
-    ca.cert_pem.write_to_path(str(tmp_path / "ca.pem"))
-    client = ca.issue_cert("carol@example.com", common_name="carol")
-    client.private_key_and_cert_chain_pem.write_to_path(str(tmp_path / "carol.pem"))
     data = str(tmp_path / "data")
-    creds = CredentialStore(Storage(data))
-    for user, password in USERS.items():
-        for mech in ("SCRAM-SHA-256", "SCRAM-SHA-512"):
-            creds.upsert(user, make_credential(mech, password))
-    config = tmp_path / "broker.toml"
-    config.write_text(
-        "[security]\n"
-        f'ssl_certfile = "{tmp_path / "broker.pem"}"\n'
-        f'ssl_keyfile = "{tmp_path / "broker.pem"}"\n'
-        f'ssl_cafile = "{tmp_path / "ca.pem"}"\n'
-        f"authorizer = {'true' if authorizer else 'false'}\n"
-        'super_users = ["User:admin"]\n' + extra_security
-    )
+    settings = (f"authorizer = {'true' if authorizer else 'false'}\n"
+                'super_users = ["User:admin"]\n' + extra_security)  # fmt: skip
+    config = write_security(tmp_path, data, settings=settings)
     broker = BrokerProcess(data, listen=listen, extra=("--config", str(config))).start()
     return SecureBroker(broker, str(tmp_path / "ca.pem"), str(tmp_path / "carol.pem"))

@@ -9,7 +9,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import trustme
 from confluent_kafka import Consumer, KafkaError, Producer
 from confluent_kafka.admin import (
     AclBinding,
@@ -22,9 +21,7 @@ from confluent_kafka.admin import (
 )
 
 from sparklog.harness import BrokerCluster, EtcdCluster
-from sparklog.security.scram import make_credential
-from sparklog.security.store import CredentialStore
-from sparklog.storage import Storage
+from tests.broker.secure import write_security
 
 LISTEN = "SASL_SSL://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0"
 PASSWORDS = {"admin": "admin-secret", "alice": "alice-secret"}
@@ -32,28 +29,15 @@ PASSWORDS = {"admin": "admin-secret", "alice": "alice-secret"}
 
 @pytest.fixture
 def secured(etcd: EtcdCluster, tmp_path: Path) -> Iterator[tuple[BrokerCluster, str]]:
-    ca = trustme.CA()
-    ca.issue_cert("127.0.0.1").private_key_and_cert_chain_pem.write_to_path(
-        str(tmp_path / "broker.pem")
-    )
-    ca.cert_pem.write_to_path(str(tmp_path / "ca.pem"))
     shared = str(tmp_path / "shared")
-    creds = CredentialStore(Storage(shared))
-    for user, password in PASSWORDS.items():
-        creds.upsert(user, make_credential("SCRAM-SHA-512", password))
-    config = tmp_path / "broker.toml"
-    config.write_text(
-        "[security]\n"
-        f'ssl_certfile = "{tmp_path / "broker.pem"}"\n'
-        f'ssl_keyfile = "{tmp_path / "broker.pem"}"\n'
-        f'ssl_cafile = "{tmp_path / "ca.pem"}"\n'
+    config = write_security(tmp_path, shared, users=PASSWORDS, settings=(
         'sasl_mechanisms = ["SCRAM-SHA-512"]\n'
         "authorizer = true\n"
         'super_users = ["User:admin"]\n'
         'inter_broker_listener = "SASL_SSL"\n'
         'inter_broker_username = "admin"\n'
         'inter_broker_password = "admin-secret"\n'
-    )
+    ))  # fmt: skip
     with BrokerCluster(shared, etcd.endpoints, 3, lease_ttl_ms=2000, listen=LISTEN,
                        extra=("--config", str(config))) as c:  # fmt: skip
         yield c, str(tmp_path / "ca.pem")
