@@ -100,6 +100,9 @@ APIS: dict[int, Api] = {
     ApiKey.DESCRIBE_ACLS: Api("DescribeAcls", 1, 3, security.describe_acls),
     ApiKey.CREATE_ACLS: Api("CreateAcls", 1, 3, security.create_acls),
     ApiKey.DELETE_ACLS: Api("DeleteAcls", 1, 3, security.delete_acls),
+    ApiKey.DESCRIBE_CLIENT_QUOTAS: Api(
+        "DescribeClientQuotas", 0, 1, security.describe_client_quotas
+    ),
     ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: Api(
         "DescribeUserScramCredentials", 0, 0, security.describe_user_scram_credentials
     ),

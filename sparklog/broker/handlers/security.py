@@ -184,6 +184,19 @@ async def delete_acls(ctx: RequestContext, header: Any, req: Any) -> dict[str, A
         for m in matched]}  # fmt: skip
 
 
+async def describe_client_quotas(ctx: RequestContext, header: Any, req: Any) -> dict[str, Any]:
+    """No quota is ever set (quotas are not served), so every filter matches nothing;
+    ``kafka-configs --entity-type users --describe`` asks this before the SCRAM
+    credentials. Needs DESCRIBE_CONFIGS on the cluster, as in Kafka."""
+    try:
+        ctx.require(Op.DESCRIBE_CONFIGS, RT.CLUSTER)
+    except SparkLogError as e:
+        return {"throttle_time": 0, "error_code": error_code(e), "error_message": str(e),
+                "entries": None}  # fmt: skip
+    return {"throttle_time": 0, "error_code": ErrorCode.none, "error_message": None,
+            "entries": []}  # fmt: skip
+
+
 async def describe_user_scram_credentials(
     ctx: RequestContext, header: Any, req: Any
 ) -> dict[str, Any]:
