@@ -9,7 +9,9 @@ Start: ``kafka.tools.StorageTool format`` (a random cluster id, ``--standalone``
 is the whole controller quorum), then ``kafka.Kafka server.properties``; ready when the
 client port accepts connections. Stop: SIGTERM (a controlled shutdown), SIGKILL after 30 s.
 Topic settings common to both brokers of a benchmark are left to the benchmark: it creates
-its topics with an admin client, as it does on sparklog.
+its topics with an admin client, as it does on sparklog. ``properties`` (over the default
+``server.properties``) and ``format_args`` (more ``StorageTool format`` arguments) add
+listeners, TLS and SCRAM users (``bench/security.py``).
 """
 
 from __future__ import annotations
@@ -38,10 +40,17 @@ def _free_port() -> int:
 class KafkaServer:
     """See the module docstring."""
 
-    def __init__(self, work_dir: str, *, flush_messages: int | None = None, heap: str = "1g"):
+    def __init__(
+        self, work_dir: str, *, flush_messages: int | None = None, heap: str = "1g",
+        properties: dict[str, str] | None = None, format_args: tuple[str, ...] = (),
+    ) -> None:  # fmt: skip
         self.work_dir = Path(work_dir)
         self.flush_messages = flush_messages
         self.heap = heap
+        #: more ``server.properties`` (over the defaults: e.g. more listeners, TLS, SASL)
+        self.properties = dict(properties or {})
+        #: more ``StorageTool format`` arguments (e.g. ``--add-scram ...``)
+        self.format_args = tuple(format_args)
         self.port = _free_port()
         self.controller_port = _free_port()
         self.proc: subprocess.Popen[str] | None = None
@@ -94,6 +103,7 @@ class KafkaServer:
         }
         if self.flush_messages is not None:
             props["log.flush.interval.messages"] = str(self.flush_messages)
+        props.update(self.properties)
         path = self.work_dir / "server.properties"
         path.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
         return path
@@ -103,7 +113,7 @@ class KafkaServer:
         props = self._properties()
         fmt = subprocess.run(
             self._java("kafka.tools.StorageTool", "format", "-t", _cluster_id(), "-c",
-                       str(props), "--standalone"),
+                       str(props), "--standalone", *self.format_args),
             capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL,
         )  # fmt: skip
         if fmt.returncode != 0:

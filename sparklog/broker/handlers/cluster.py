@@ -131,10 +131,14 @@ async def metadata(ctx: RequestContext, header: Any, req: Any) -> dict[str, Any]
     with_ops = bool(getattr(req, "include_topic_authorized_operations", False))
     everything = req.topics is None
     # internal topics (__consumer_offsets) are listed only when asked for by name
-    listed = sorted(n for n in ctx.manager.topics() if not n.startswith("__"))
     if everything:  # only what the principal may DESCRIBE is listed
-        listed = [n for n in listed if ctx.allowed(Op.DESCRIBE, RT.TOPIC, n)]
-    wanted = listed if everything else [t.name for t in req.topics]
+        wanted = sorted(
+            n
+            for n in ctx.manager.topics()
+            if not n.startswith("__") and ctx.allowed(Op.DESCRIBE, RT.TOPIC, n)
+        )
+    else:  # named topics only: no listing of storage
+        wanted = [t.name for t in req.topics]
     topics = []
     for name in wanted:
         try:
