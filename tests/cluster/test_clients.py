@@ -29,7 +29,9 @@ def cluster(etcd: EtcdCluster, tmp_path: Path) -> Iterator[BrokerCluster]:
 
 
 def leader(c: BrokerCluster, avoid: int | None = None, timeout: float = 30) -> tuple[int, int]:
-    """(leader, leader epoch) of partition 0, once every live broker agrees on it."""
+    """(leader, leader epoch) of partition 0, once every live broker agrees on it and the
+    leader has taken the partition over (Metadata tells the controller's assignment, which
+    the leader acts on a moment later)."""
     deadline = time.monotonic() + timeout
     while True:
         seen = set()
@@ -47,7 +49,9 @@ def leader(c: BrokerCluster, avoid: int | None = None, timeout: float = 30) -> t
         if len(seen) == 1:
             (found,) = seen
             if found[0] > 0 and found[0] != avoid:
-                return found
+                with KafkaClient(c.brokers[found[0]].bootstrap) as client:
+                    if list_offsets(client, found[1]).error_code == ErrorCode.none:
+                        return found
         assert time.monotonic() < deadline, seen
         time.sleep(0.2)
 
