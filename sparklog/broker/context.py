@@ -20,6 +20,7 @@ from sparklog.errors import (
     GroupAuthorizationError,
     TopicAuthorizationError,
     TransactionalIdAuthorizationError,
+    UnknownTopicError,
 )
 from sparklog.security.acls import CLUSTER_NAME, AclOperation, ResourceType
 
@@ -98,10 +99,14 @@ class RequestContext:
         )
 
     def auto_create(self, name: str) -> TopicMeta:
-        """The topic's metadata, auto-created only if the principal may create it."""
-        if self.may_create_topic(name):
-            return self.manager.auto_create(name)
-        return self.manager.topic(name)
+        """The topic's metadata, auto-created only if the principal may create it (asked
+        only when the topic is missing: produce calls this per partition)."""
+        try:
+            return self.manager.topic(name)
+        except UnknownTopicError:
+            if not self.may_create_topic(name):
+                raise
+        return self.manager.auto_create(name)
 
     @property
     def manager(self) -> PartitionManager:

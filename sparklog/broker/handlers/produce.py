@@ -80,7 +80,7 @@ def _append_one(
     """Append one partition's data; returns (response entry, handle, next offset to await)."""
     manager = ctx.manager
     ctx.require(Op.WRITE, RT.TOPIC, topic)
-    meta = manager.topic(topic) if not ctx.may_create_topic(topic) else manager.auto_create(topic)
+    meta = ctx.auto_create(topic)
     handle = manager.partition(topic, index)
     if records is None:
         raise InvalidBatchError("no records")
