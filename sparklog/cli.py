@@ -280,6 +280,7 @@ def _broker(args: argparse.Namespace) -> int:
         cluster_name=args.cluster,
         rack=args.rack,
         advertised_host=args.advertised_host,
+        schema_registry=args.schema_registry,
     )
     run(config)
     return 0
@@ -403,6 +404,10 @@ def build_parser() -> argparse.ArgumentParser:
     start.add_argument("--lease-ttl-ms", type=int, help="cluster mode: etcd lease TTL (3000)")
     start.add_argument("--cluster", help="cluster mode: the cluster's name in etcd (default)")
     start.add_argument("--rack", help="cluster mode: this broker's rack")
+    start.add_argument(
+        "--schema-registry", metavar="[http[s]://]HOST:PORT",
+        help="serve the Schema Registry REST API there (docs/schemas.md)",
+    )  # fmt: skip
     start.set_defaults(func=_broker)
     cluster = sub.add_parser("cluster", help="cluster mode: what etcd says (docs/cluster.md)")
     csub = cluster.add_subparsers(dest="action", required=True)

@@ -305,6 +305,92 @@ class SinkWriteError(SparkLogError):
     """The Spark sink could not write its records through the broker."""
 
 
+# ---------------------------------------------------------------------------- schemas
+
+
+class SchemaRegistryError(SparkLogError):
+    """A Schema Registry request failed: ``status`` is the HTTP status and ``code`` the
+    registry's error code (Confluent's numbers, e.g. 40401), as its REST API answers."""
+
+    status = 500
+    code = 50001
+
+    def __init__(self, message: str, *, status: int | None = None, code: int | None = None):
+        super().__init__(message)
+        if status is not None:
+            self.status = status
+        if code is not None:
+            self.code = code
+
+
+class SubjectNotFoundError(SchemaRegistryError):
+    status, code = 404, 40401
+
+
+class VersionNotFoundError(SchemaRegistryError):
+    status, code = 404, 40402
+
+
+class SchemaNotFoundError(SchemaRegistryError):
+    status, code = 404, 40403
+
+
+class SubjectNotSoftDeletedError(SchemaRegistryError):
+    status, code = 404, 40405
+
+
+class VersionNotSoftDeletedError(SchemaRegistryError):
+    status, code = 404, 40407
+
+
+class SubjectConfigNotFoundError(SchemaRegistryError):
+    status, code = 404, 40408
+
+
+class SubjectModeNotFoundError(SchemaRegistryError):
+    status, code = 404, 40409
+
+
+class IncompatibleSchemaError(SchemaRegistryError):
+    status, code = 409, 409
+
+
+class InvalidSchemaError(SchemaRegistryError, ValueError):
+    status, code = 422, 42201
+
+
+class InvalidVersionError(SchemaRegistryError, ValueError):
+    status, code = 422, 42202
+
+
+class InvalidCompatibilityLevelError(SchemaRegistryError, ValueError):
+    status, code = 422, 42203
+
+
+class InvalidModeError(SchemaRegistryError, ValueError):
+    status, code = 422, 42204
+
+
+class OperationNotPermittedError(SchemaRegistryError):
+    status, code = 422, 42205
+
+
+class SchemaReferencedError(SchemaRegistryError):
+    status, code = 422, 42206
+
+
+class RegistryUnavailableError(SchemaRegistryError):
+    """No broker can write to the registry now (cluster mode: ``_schemas`` has no leader),
+    or the registry could not be reached."""
+
+    status, code = 500, 50003
+
+
+class SchemaDecodeError(SparkLogError):
+    """A record's key or value cannot be decoded with its schema (its topic, partition and
+    offset are in the message)."""
+
+
 # ---------------------------------------------------------------------------- jobs, tools
 
 

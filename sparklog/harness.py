@@ -26,6 +26,7 @@ from pathlib import Path
 
 LISTENING = re.compile(r"listening on (\S+?):(\d+)")
 ENDPOINT = re.compile(r"([A-Z_]+)://(\S+?):(\d+)")
+REGISTRY = re.compile(r"schema registry serving at https?://\S+?:(\d+)")
 _PROJECT = Path(__file__).resolve().parents[1]
 _PR_SET_PDEATHSIG = 1
 
@@ -40,9 +41,18 @@ class BrokerProcess:
     """See the module docstring. ``with BrokerProcess(dir) as b:`` starts and stops it."""
 
     def __init__(
-        self, data_dir: str, *, port: int = 0, extra: tuple[str, ...] = (), listen: str = ""
+        self,
+        data_dir: str,
+        *,
+        port: int = 0,
+        extra: tuple[str, ...] = (),
+        listen: str = "",
+        schema_registry: bool = False,
     ) -> None:
         self.data_dir = data_dir
+        #: serve the Schema Registry (on a free port, kept on a restart): ``registry_url``
+        self.schema_registry = schema_registry
+        self.registry_port = 0
         self.port = port
         #: several listeners (``"SASL_SSL://127.0.0.1:0,PLAINTEXT://127.0.0.1:0"``): their
         #: ports are in ``endpoints`` once started, and kept on a restart
@@ -56,6 +66,11 @@ class BrokerProcess:
     @property
     def bootstrap(self) -> str:
         return f"127.0.0.1:{self.port}"
+
+    @property
+    def registry_url(self) -> str:
+        """``http://127.0.0.1:PORT`` of the broker's Schema Registry."""
+        return f"http://127.0.0.1:{self.registry_port}"
 
     def address(self, protocol: str) -> str:
         """``127.0.0.1:PORT`` of the broker's ``protocol`` listener."""
@@ -83,6 +98,8 @@ class BrokerProcess:
             sys.executable, "-m", "sparklog.cli", "broker", "start",
             "--data-dir", self.data_dir, "--listen", self._listen(), *self.extra,
         ]  # fmt: skip
+        if self.schema_registry:
+            cmd += ["--schema-registry", f"127.0.0.1:{self.registry_port}"]
         path = os.environ.get("PYTHONPATH")
         env = {**os.environ, "PYTHONPATH": str(_PROJECT) + (os.pathsep + path if path else "")}
         self.proc = subprocess.Popen(
@@ -101,6 +118,9 @@ class BrokerProcess:
             assert proc.stderr is not None
             for line in proc.stderr:
                 self.lines.append(line.rstrip())
+                r = REGISTRY.search(line)
+                if r and not found.is_set():
+                    self.registry_port = int(r.group(1))
                 m = LISTENING.search(line)
                 if m and not found.is_set():
                     self.port = int(m.group(2))

@@ -32,6 +32,9 @@ TOML layout::
                                              # before each ack; false ONLY to measure what
                                              # the fence costs (a zombie could ack writes
                                              # its successor never holds)
+    schema_registry = "127.0.0.1:8081"       # serve the Schema Registry REST API there
+                                             # ([http[s]://]HOST:PORT; docs/schemas.md)
+    schema_registry_auth = "none"            # "basic": HTTP basic auth as a broker user
 
     [topic_defaults]                   # Kafka topic configs applied to new topics
     "retention.ms" = "604800000"
@@ -75,6 +78,8 @@ class BrokerConfig:
     cluster_name: str = "default"
     rack: str | None = None
     ack_fence: bool = True
+    schema_registry: str | None = None
+    schema_registry_auth: str = "none"
     topic_defaults: dict[str, str] = field(default_factory=dict)
     security: SecurityConfig = field(default_factory=SecurityConfig)
 
@@ -114,6 +119,12 @@ class BrokerConfig:
         if self.socket_request_max_bytes < 1024:
             raise ValueError("socket_request_max_bytes must be at least 1024")
         TopicConfig.from_mapping(self.topic_defaults)
+        if self.schema_registry_auth not in ("none", "basic"):
+            raise ValueError(f"schema_registry_auth must be none or basic, got "
+                             f"{self.schema_registry_auth!r}")  # fmt: skip
+        https = self.schema_registry is not None and self.registry_address[0] == "https"
+        if https and not sec.ssl_certfile:
+            raise ValueError("an https schema_registry needs [security] ssl_certfile")
         if self.lease_ttl_ms < 1000:
             raise ValueError(f"lease_ttl_ms must be >= 1000 (etcd leases are whole seconds), "
                              f"got {self.lease_ttl_ms}")  # fmt: skip
@@ -122,6 +133,19 @@ class BrokerConfig:
     def clustered(self) -> bool:
         """Cluster mode: brokers over shared storage, coordinated through etcd."""
         return bool(self.etcd)
+
+    @property
+    def registry_address(self) -> tuple[str, str, int]:
+        """(scheme, host, port) of ``schema_registry``."""
+        raw = str(self.schema_registry or "").strip()
+        scheme, sep, rest = raw.partition("://")
+        if not sep:
+            scheme, rest = "http", raw
+        scheme = scheme.lower()
+        host, _, port = rest.rstrip("/").rpartition(":")
+        if scheme not in ("http", "https") or not host or not port.isdigit():
+            raise ValueError(f"schema_registry {raw!r}: expected [http[s]://]HOST:PORT")
+        return scheme, host.strip("[]"), int(port)
 
     @property
     def listeners(self) -> list[Listener]:

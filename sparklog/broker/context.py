@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from sparklog.broker.membership import ClusterMember
     from sparklog.broker.offsets import OffsetStore
     from sparklog.broker.partitions import PartitionManager
+    from sparklog.broker.registry import SchemaRegistryService
     from sparklog.broker.transactions import TransactionCoordinator
     from sparklog.security.service import SecurityService
     from sparklog.storage.topics import TopicMeta
@@ -54,6 +55,7 @@ class BrokerServices:
     transactions: TransactionCoordinator
     cluster: ClusterMember | None = None  # cluster mode only
     security: SecurityService | None = None
+    registry: SchemaRegistryService | None = None  # schemas for broker-side validation
 
 
 @dataclass(frozen=True)

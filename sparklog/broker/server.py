@@ -38,11 +38,13 @@ import json
 import logging
 import resource
 import signal
+import ssl
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from aiohttp import web
 from kio.schema.errors import ErrorCode
 
 from sparklog.broker.apis import APIS, api_versions
@@ -53,6 +55,8 @@ from sparklog.broker.groups import GroupCoordinator
 from sparklog.broker.membership import ClusterMember
 from sparklog.broker.offsets import OFFSETS_TOPIC, OffsetStore
 from sparklog.broker.partitions import PartitionManager
+from sparklog.broker.registry import REGISTRY_ENDPOINT, SchemaRegistryService
+from sparklog.broker.registry_http import RegistryApi
 from sparklog.broker.transactions import TXN_TOPIC, TransactionCoordinator
 from sparklog.cluster.coordination import BrokerInfo
 from sparklog.errors import CorruptMetadataError, FrameError
@@ -101,6 +105,8 @@ class Broker:
         self._maintenance_step: asyncio.Future[None] | None = None
         self._maintenance_pool = ThreadPoolExecutor(1, thread_name_prefix="sparklog-maintain")
         self.transactions: TransactionCoordinator | None = None
+        self.registry: SchemaRegistryService | None = None
+        self._registry_runner: web.AppRunner | None = None
 
     async def _next_producer_id(self) -> int:
         if self.member is not None:
@@ -151,13 +157,17 @@ class Broker:
                 transactions.load()
             transactions.start()
             self.security = SecurityService(self.config.security, self.storage)
+            self.registry = SchemaRegistryService(self.manager, self.config.node_id, self.member)
             self.services = BrokerServices(
                 self.config.node_id, self.cluster_id, self.manager, coordinator, offsets,
-                transactions, self.member, self.security,
+                transactions, self.member, self.security, self.registry,
             )  # fmt: skip
             await self._listen()
+            registered = dict(self.endpoints)
+            if self.config.schema_registry is not None:
+                registered[REGISTRY_ENDPOINT] = await self._serve_registry()
             if self.member is not None:
-                await self.member.start(self.host, self.port, self.endpoints)
+                await self.member.start(self.host, self.port, registered)
             self._maintenance = asyncio.get_running_loop().create_task(self._maintain())
         except BaseException:
             for server in self._servers:
@@ -192,6 +202,29 @@ class Broker:
             host = self.config.advertised_host or sock[0]
             self.endpoints[listener.security_protocol] = (host, int(sock[1]))
         self.host, self.port = next(iter(self.endpoints.values()))
+
+    async def _serve_registry(self) -> tuple[str, int]:
+        """Start the Schema Registry's REST API (``schema_registry``); its address."""
+        assert self.registry is not None
+        scheme, host, port = self.config.registry_address
+        self.registry.ensure_topic()
+        if self.member is None:
+            self.registry.refresh()
+        sec = self.config.security
+        tls = server_context(sec) if scheme == "https" else None
+        client_tls = ssl.create_default_context(cafile=sec.ssl_cafile) if tls else None
+        api = RegistryApi(
+            self.registry, security=self.security, auth=self.config.schema_registry_auth,
+            scheme=scheme, client_ssl=client_tls,
+        )  # fmt: skip
+        self._registry_runner = web.AppRunner(api.app(), access_log=None)
+        await self._registry_runner.setup()
+        site = web.TCPSite(self._registry_runner, host, port, ssl_context=tls, backlog=256)
+        await site.start()
+        sock = self._registry_runner.addresses[0]
+        advertised = self.config.advertised_host or sock[0]
+        log.info("schema registry serving at %s://%s:%d", scheme, advertised, sock[1])
+        return advertised, int(sock[1])
 
     def _member(self, offsets: OffsetStore) -> ClusterMember:
         assert self.manager is not None and self.config.etcd is not None
@@ -281,6 +314,9 @@ class Broker:
             # while still answering (NOT_LEADER_OR_FOLLOWER sends clients to the new
             # leaders), so the controller moves them at once rather than after a lease TTL
             await self.member.stop()
+        if self._registry_runner is not None:
+            with contextlib.suppress(Exception):
+                await self._registry_runner.cleanup()
         for server in self._servers:
             server.close()
         for task in list(self._connections):

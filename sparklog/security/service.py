@@ -54,6 +54,18 @@ class SecurityService:
             return True
         return self.authorizer.authorize_any(principal, host, op, rtype)
 
+    def check_password(self, user: str, password: str) -> bool:
+        """Whether ``password`` is ``user``'s (any stored SCRAM credential of the user, in
+        constant time; an unknown user takes as long): HTTP basic auth of the registry."""
+        from sparklog.security.scram import make_credential
+
+        creds = self.credentials.users().get(user, {})
+        cred = next(iter(creds.values()), None)
+        if cred is None:
+            make_credential("SCRAM-SHA-256", password, 4096).check_password(password + "x")
+            return False
+        return cred.check_password(password)
+
     def add_acls(self, bindings: Iterable[AclBinding]) -> None:
         self.acls.add(bindings)
         with self._lock:

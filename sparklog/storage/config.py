@@ -61,6 +61,32 @@ def _choice_parser(name: str, choices: set[str]) -> Callable[[Any], str]:
     return parse
 
 
+def _bool_parser(name: str) -> Callable[[Any], bool]:
+    def parse(raw: Any) -> bool:
+        if isinstance(raw, bool):
+            return raw
+        value = str(raw).strip().lower()
+        if value not in ("true", "false"):
+            raise InvalidConfigError(f"{name} must be true or false, got {raw!r}")
+        return value == "true"
+
+    return parse
+
+
+#: Confluent's subject name strategies (``confluent.*.subject.name.strategy``), short names
+SUBJECT_STRATEGIES = {"TopicNameStrategy", "RecordNameStrategy", "TopicRecordNameStrategy"}
+
+
+def _strategy_parser(name: str) -> Callable[[Any], str]:
+    def parse(raw: Any) -> str:
+        value = str(raw).strip().rsplit(".", 1)[-1]
+        if value not in SUBJECT_STRATEGIES:
+            raise InvalidConfigError(f"{name}={raw!r} is not one of {sorted(SUBJECT_STRATEGIES)}")
+        return value
+
+    return parse
+
+
 # name -> (attribute, parser); Kafka's defaults are the dataclass defaults below.
 _PARSERS: dict[str, tuple[str, Callable[[Any], Any]]] = {
     "retention.ms": ("retention_ms", _int_parser("retention.ms", -1, _LONG_MAX)),
@@ -101,6 +127,23 @@ _PARSERS: dict[str, tuple[str, Callable[[Any], Any]]] = {
         "index_interval_bytes",
         _int_parser("index.interval.bytes", 0, _INT_MAX),
     ),
+    # broker-side schema validation (docs/schemas.md): Confluent Server's names
+    "confluent.value.schema.validation": (
+        "value_schema_validation",
+        _bool_parser("confluent.value.schema.validation"),
+    ),
+    "confluent.key.schema.validation": (
+        "key_schema_validation",
+        _bool_parser("confluent.key.schema.validation"),
+    ),
+    "confluent.value.subject.name.strategy": (
+        "value_subject_name_strategy",
+        _strategy_parser("confluent.value.subject.name.strategy"),
+    ),
+    "confluent.key.subject.name.strategy": (
+        "key_subject_name_strategy",
+        _strategy_parser("confluent.key.subject.name.strategy"),
+    ),
 }
 
 
@@ -122,6 +165,10 @@ class TopicConfig:
     min_cleanable_dirty_ratio: float = 0.5
     file_delete_delay_ms: int = 60_000
     index_interval_bytes: int = 4096
+    value_schema_validation: bool = False
+    key_schema_validation: bool = False
+    value_subject_name_strategy: str = "TopicNameStrategy"
+    key_subject_name_strategy: str = "TopicNameStrategy"
 
     @classmethod
     def from_mapping(cls, configs: Mapping[str, Any] | None = None) -> TopicConfig:
@@ -143,6 +190,11 @@ class TopicConfig:
     def to_mapping(self) -> dict[str, Any]:
         """Kafka names -> values, for metadata files and DescribeConfigs."""
         return {name: getattr(self, attr) for name, (attr, _) in _PARSERS.items()}
+
+    def strings(self) -> dict[str, str]:
+        """Kafka names -> values as Kafka spells them (``true``, not ``True``)."""
+        return {k: str(v).lower() if isinstance(v, bool) else str(v)
+                for k, v in self.to_mapping().items()}  # fmt: skip
 
     def non_defaults(self) -> dict[str, Any]:
         default = TopicConfig()

@@ -78,13 +78,13 @@ def _config_entries(
     explicit = meta.own_configs
     dynamic = dynamic or {}
     out = []
-    for name, value in meta.config.to_mapping().items():
+    for name, value in meta.config.strings().items():
         if keys and name not in keys:
             continue
         out.append(
             {
                 "name": name,
-                "value": str(value),
+                "value": value,
                 "read_only": False,
                 "config_source": (
                     SOURCE_TOPIC
@@ -447,7 +447,7 @@ async def incremental_alter_configs(ctx: RequestContext, header: Any, req: Any) 
             current = {_TOPIC_TO_BROKER[k]: str(v) for k, v in dynamic.items()}
             return (*_incremental(current, r.configs, BROKER_LISTS), False)
         meta = ctx.manager.topic(r.resource_name)
-        current = {k: str(v) for k, v in meta.config.to_mapping().items()}
+        current = meta.config.strings()
         return (*_incremental(current, r.configs, _LIST_CONFIGS), False)
 
     return _alter_each(ctx, req, change)

@@ -17,6 +17,7 @@ from kio.schema.errors import ErrorCode
 from sparklog.broker.context import RequestContext
 from sparklog.broker.errors import error_code
 from sparklog.broker.partitions import PartitionHandle
+from sparklog.broker.schema_validation import check_records
 from sparklog.errors import (
     DuplicateSequenceError,
     InvalidBatchError,
@@ -103,6 +104,8 @@ def _append_one(
             f"(records {nulls[:10]}{'...' if len(nulls) > 10 else ''} of the batch)",
             [(i, f"{why} {topic}-{index}.") for i in nulls],
         )
+    if meta.config.value_schema_validation or meta.config.key_schema_validation:
+        _validate_schemas(ctx, topic, index, batch.records, meta.config)
     if batch.transactional:
         if transactional_id is None:
             raise InvalidBatchError("a transactional batch needs the request's transactional id")
@@ -120,6 +123,24 @@ def _append_one(
         "error_message": None,
     }
     return entry, handle, outcome.base_offset + batch.count
+
+
+def _validate_schemas(
+    ctx: RequestContext, topic: str, index: int, records: Any, config: Any
+) -> None:
+    """Broker-side schema validation (``sparklog.broker.schema_validation``)."""
+    registry = ctx.services.registry
+    if registry is None:
+        raise InvalidRecordsError(f"{topic}-{index}: schema validation is on, but the broker "
+                                  "has no schema registry")  # fmt: skip
+    bad = check_records(registry, topic, records, config)
+    if bad:
+        first, why = bad[0]
+        raise RecordErrors(
+            f"{topic}-{index}: {len(bad)} of {records.num_rows} records refused by schema "
+            f"validation; record {first}: {why}",
+            bad,
+        )
 
 
 def _not_durable_code(e: BaseException) -> ErrorCode:
