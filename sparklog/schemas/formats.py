@@ -86,9 +86,25 @@ def _parse_avro(
         parsed = avro.schema.make_avsc_object(doc, names)
     except (avro.errors.AvroException, ValueError, TypeError, KeyError, AttributeError) as e:
         raise InvalidSchemaError(f"Invalid schema: {e}") from None
+    _check_avro_defaults(doc, references)
     expanded = parsed.to_json()
     text = _compact(doc) if refs else _compact(expanded)
     return ParsedSchema(AVRO, text, parsed, refs, (AVRO, _compact(expanded, sort_keys=True), refs))
+
+
+def _check_avro_defaults(doc: Any, references: Sequence[tuple[Reference, ParsedSchema]]) -> None:
+    """Refuse a default that is not a value of its field's type, as Confluent's registry
+    does (the ``avro`` package does not check defaults; ``fastavro`` does)."""
+    import fastavro
+    import fastavro.schema
+
+    named: dict[str, Any] = {}
+    try:
+        for _ref, dep in references:
+            fastavro.parse_schema(json.loads(dep.text), named_schemas=named)
+        fastavro.parse_schema(doc, named_schemas=named)
+    except (fastavro.schema.SchemaParseException, ValueError, TypeError, KeyError) as e:
+        raise InvalidSchemaError(f"Invalid schema: {e}") from None
 
 
 def _parse_json(

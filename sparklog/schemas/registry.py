@@ -15,7 +15,10 @@ Keys and values are JSON:
   rewrites each ``SCHEMA`` record instead, and reads both).
 - ``{"keytype":"CLEAR_SUBJECT","subject":s,"magic":0}`` → ``{"subject","version"}``:
   versions up to ``version`` are gone.
-- ``{"keytype":"NOOP","magic":0}``: ignored.
+- ``{"keytype":"NOOP","magic":0}`` → ``{"maxId": n}``: the highest id ever assigned,
+  written with every permanent delete, so that an id stays taken once compaction has
+  removed the last record that used it (Confluent's registry skips ``NOOP`` records;
+  its own have a null value, which this one ignores).
 
 A soft delete rewrites the ``SCHEMA`` record with ``"deleted": true``; a permanent one
 writes its tombstone, so compaction removes it. The latest record of a key wins, which is
@@ -23,10 +26,13 @@ what compaction keeps: replaying the compacted topic gives the same state.
 
 Ids: a schema (its type, normal form and references, ``formats.identity``) has one id
 registry-wide, reused by every subject that registers it; a new schema gets the highest id
-ever seen plus one, so an id is never reused, even after a permanent delete. Versions of a
-subject count up from the highest version it ever had. Only one writer may assign ids: the
-broker leading ``_schemas`` partition 0 (``sparklog.broker.registry``), which applies each
-change under one lock after reading the topic to its end. ``RegistryState`` itself does no
+ever seen plus one, so an id is never reused, even after a permanent delete and the
+compaction of its records (the ``NOOP`` record above). Versions of a subject count up from
+the highest version it has, soft-deleted ones included (after a permanent delete of its
+latest versions, as in Confluent's registry, the numbers are given again). Only one
+writer may assign ids: the broker leading ``_schemas`` partition 0
+(``sparklog.broker.registry``), which applies each change under one lock after reading
+the topic to its end. ``RegistryState`` itself does no
 I/O: ``apply`` feeds it records, and each change returns the records to write.
 """
 
@@ -62,7 +68,9 @@ Record = tuple[bytes, bytes | None]
 
 
 def _dump(obj: Any) -> bytes:
-    return json.dumps(obj, separators=(",", ":")).encode()
+    # as Jackson writes them in Confluent's registry (UTF-8, no escapes): compaction keys
+    # on the bytes, so a subject's key must be spelt as Confluent spells it
+    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode()
 
 
 def schema_key(subject: str, version: int) -> bytes:
@@ -75,6 +83,9 @@ def config_key(subject: str | None) -> bytes:
 
 def mode_key(subject: str | None) -> bytes:
     return _dump({"keytype": "MODE", "subject": subject, "magic": 0})
+
+
+NOOP_KEY = _dump({"keytype": "NOOP", "magic": 0})
 
 
 @dataclass
@@ -94,6 +105,7 @@ class RegistryState:
     modes: dict[str | None, str] = field(default_factory=dict)
     max_id: int = 0
     _by_identity: dict[Any, int] = field(default_factory=dict)
+    _indexed: set[int] = field(default_factory=set)  # ids whose identity is in _by_identity
     _by_guid: dict[str, int] = field(default_factory=dict)
     _parsed: dict[int, formats.ParsedSchema] = field(default_factory=dict)
 
@@ -125,6 +137,8 @@ class RegistryState:
                     self.modes.pop(subject, None)
                 else:
                     self.modes[subject] = str(v["mode"])
+            elif kind == "NOOP" and isinstance(v, dict):
+                self.max_id = max(self.max_id, int(v.get("maxId", 0)))
             elif kind in ("DELETE_SUBJECT", "CLEAR_SUBJECT") and v is not None:
                 upto = int(v["version"])
                 versions = self.subjects.get(str(subject), {})
@@ -378,10 +392,13 @@ class RegistryState:
         return self.version(subject, n), records
 
     def _id_for(self, parsed: formats.ParsedSchema) -> int:
-        for sid in self.schemas:
-            if self._identity(sid) == parsed.identity:
-                return sid
-        return self.max_id + 1
+        """The id of ``parsed`` if any subject ever registered it, else a new one."""
+        for sid in self.schemas.keys() - self._indexed:
+            self._indexed.add(sid)
+            identity = self._identity(sid)
+            if identity is not None:
+                self._by_identity.setdefault(identity, sid)
+        return self._by_identity.get(parsed.identity, self.max_id + 1)
 
     def delete_version(
         self, subject: str, version: int | str, *, permanent: bool
@@ -403,6 +420,8 @@ class RegistryState:
         records = [
             self._soft(subject, sv) if not permanent else (schema_key(subject, sv.version), None)
         ]
+        if permanent:
+            records.append(self._max_id_record())
         self.apply_all(records)
         return sv.version, records
 
@@ -435,8 +454,12 @@ class RegistryState:
                 records.append((config_key(subject), None))
             if subject in self.modes:
                 records.append((mode_key(subject), None))
+            records.append(self._max_id_record())
         self.apply_all(records)
         return numbers, records
+
+    def _max_id_record(self) -> Record:
+        return NOOP_KEY, _dump({"maxId": self.max_id})
 
     def _soft(self, subject: str, sv: SubjectVersion) -> Record:
         value: dict[str, Any] = {
@@ -475,8 +498,8 @@ class RegistryState:
         if mode not in MODES:
             raise InvalidModeError(f"Invalid mode {mode!r}: one of {', '.join(MODES)}")
         if mode == "IMPORT" and not force:
-            scope = self._versions(subject) if subject is not None else self.subjects
-            if scope:
+            live = self.subject_names()
+            if (subject in live) if subject is not None else live:
                 raise OperationNotPermittedError(
                     "Cannot import since found existing subjects (use force=true)"
                 )

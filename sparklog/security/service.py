@@ -61,8 +61,9 @@ class SecurityService:
 
         creds = self.credentials.users().get(user, {})
         cred = next(iter(creds.values()), None)
-        if cred is None:
-            make_credential("SCRAM-SHA-256", password, 4096).check_password(password + "x")
+        if cred is None or not password:
+            # the same work for an unknown user or an empty password (no credential has one)
+            make_credential("SCRAM-SHA-256", password or "x", 4096).check_password("y")
             return False
         return cred.check_password(password)
 
