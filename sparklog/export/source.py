@@ -179,6 +179,7 @@ def decode(
     ``scratch`` for the caller to remove after writing."""
     if opts.decode is None:
         return df
+    from py4j.protocol import Py4JJavaError
     from pyspark.errors import PySparkException
     from pyspark.sql import functions as F
     from pyspark.sql.types import StructType
@@ -207,10 +208,11 @@ def decode(
             parsed = F.col("value")
         with _quiet_query_context():  # the error below says it in one line
             vtype = df.limit(0).select(parsed.alias("v")).schema["v"].dataType  # analysed
-    except (PySparkException, ValueError) as e:
+    except (PySparkException, ValueError, Py4JJavaError) as e:  # from_avro: the latter
         if isinstance(e, ExportUsageError):
             raise
-        first = str(e).strip().splitlines()[0][:300]
+        text = str(e.java_exception) if isinstance(e, Py4JJavaError) else str(e)
+        first = text.strip().splitlines()[0][:300]
         raise ExportUsageError(f"--schema is not a valid {opts.decode} schema: {first}") from None
     keep = [c for c in df.columns if c != "value"]
     if not isinstance(vtype, StructType):
