@@ -5,7 +5,9 @@ as the last lines of a long traceback behind a Spark error class. So that the fi
 says what is wrong, the options of a ``sparklog`` read or write are checked in the driver,
 with the DataSource's own rules (``sparklog.datasource.options``, ``writer.write_options``),
 before Spark is asked: a wrong option raises ``OptionError`` right where the user called
-``load``, ``save`` or ``start``.
+``load``, ``save`` or ``start``. Typed keys and values are checked there too: the subject
+and version exist in the registry and are of the format asked for (reads), the DataFrame's
+column matches the subject's schema or can be registered (writes).
 
 Also: ``df.write.format("sparklog").save()`` accepts Spark's default save mode,
 ErrorIfExists, and appends, as Spark's Kafka sink does (a log has nothing that could
@@ -24,6 +26,9 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 from typing import Any
+
+from sparklog.datasource.options import JVM_PLAN_OPTION, jvm_plan_option
+from sparklog.errors import OptionError
 
 SPARKLOG = "sparklog"
 _ERROR_IF_EXISTS = ("error", "errorifexists", "default")
@@ -80,16 +85,62 @@ def _read_check(parse: Callable[[dict[str, str]], Any]) -> Callable[..., Any]:
         @functools.wraps(plain_load)
         def load(self: Any, path: Any = None, format: Any = None, schema: Any = None,
                  **options: Any) -> Any:  # fmt: skip
-            if _is_sparklog(self, format):
-                given = _merged(self, options)
-                if isinstance(path, str):
-                    given["path"] = path
-                parse(given)
-            return plain_load(self, path, format, schema, **options)
+            if not _is_sparklog(self, format):
+                return plain_load(self, path, format, schema, **options)
+            given = _merged(self, options)
+            if isinstance(path, str):
+                given["path"] = path
+            o = parse(given)
+            decoding = _jvm_decoding(self._spark, o)
+            typed = decoding.fields if decoding else ()
+            plan = {t.field: (t.version, t.jvm_writers) for t in typed if t.jvm_writers}
+            self.option(JVM_PLAN_OPTION, jvm_plan_option(plan))
+            df = plain_load(self, path, format, schema, **options)
+            if decoding is None:
+                return df
+            from sparklog.schemas.spark import jvm_decode
+
+            return jvm_decode(df, decoding)
 
         return load
 
     return wrap
+
+
+def _jvm_decoding(spark: Any, o: Any) -> Any:
+    """The read's typed columns resolved (reader versions fixed now), with the Avro ones
+    planned for the JVM (``decodeIn``: ``sparklog.schemas.spark.jvm_decode`` decodes every
+    live version of the subject up to the reader's); None if no column is decoded there.
+    A union reader schema (``jvm_decodable``) is decoded in Python whatever ``decodeIn``
+    says."""
+    import dataclasses
+
+    from sparklog.datasource.scan import decoding_for
+    from sparklog.schemas.spark import avro_in_jvm, jvm_decodable, writer_ids
+
+    schemas = o.schemas
+    if schemas is not None:
+        schemas = dataclasses.replace(schemas, jvm_plan=None)  # the user's view, unplanned
+    decoding = decoding_for(schemas, o.path)
+    if decoding is None or schemas is None or schemas.decode_in == "python":
+        return None
+    if not any(t.format == "avro" for t in decoding.fields):
+        return None
+    if not avro_in_jvm(spark):
+        if schemas.decode_in == "jvm":
+            raise OptionError(
+                "decodeIn=jvm needs Spark's Avro functions (the spark-avro jar, "
+                "org.apache.spark:spark-avro_2.13, on spark.jars; docs/jvm.md)"
+            )
+        return None
+    fields = tuple(
+        dataclasses.replace(t, jvm_writers=writer_ids(decoding.source, t.subject, t.version))
+        if t.format == "avro" and jvm_decodable(t) else t
+        for t in decoding.fields
+    )  # fmt: skip
+    if not any(t.jvm_writers for t in fields):
+        return None
+    return dataclasses.replace(decoding, fields=fields)
 
 
 def _stream_options(given: dict[str, str]) -> Any:

@@ -7,6 +7,13 @@ up to the high watermark and yields Arrow batches in the Kafka source's columns
 boundary. Offsets removed while the query ran fail the task, or with
 ``failOnDataLoss=false`` are skipped.
 
+Typed keys and values (``valueFormat``/``keyFormat`` avro or json): the range carries a
+``Decoding`` (the reader schemas, chosen on the driver by ``decoding_for``, and where
+schemas come from); each batch's key and value are decoded by ``sparklog.schemas.codec``
+(every record with its own writer schema, resolved to the reader schema) and the columns
+``keySchemaId``/``valueSchemaId`` (and, with ``failOnDecodeError=false``,
+``keyDecodeError``/``valueDecodeError``) follow the Kafka columns.
+
 Transactions: control records (markers) are never returned; a ``read_committed`` range
 (``kafka.isolation.level``, sparklog's default) was planned to end at the last stable
 offset and drops the records of aborted transactions (``LogView.visible``).
@@ -14,6 +21,7 @@ offset and drops the records of aborted transactions (``LogView.visible``).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -21,7 +29,10 @@ from dataclasses import dataclass
 import pyarrow as pa
 from pyspark.sql.datasource import InputPartition
 
+from sparklog.datasource.options import SchemaOptions
 from sparklog.errors import OffsetOutOfRangeError
+from sparklog.schemas.codec import Decoding, decode_batch, resolve_field
+from sparklog.schemas.source import open_source
 from sparklog.storage import Storage
 from sparklog.storage.reader import PartitionReader
 
@@ -54,6 +65,35 @@ class OffsetRange(InputPartition):
     fail_on_data_loss: bool
     check_crcs: bool = True
     committed: bool = True
+    #: typed keys and values (None: binary, as stored)
+    decoding: Decoding | None = None
+
+
+def decoding_for(schemas: SchemaOptions | None, path: str) -> Decoding | None:
+    """The reader schemas of a query's typed columns, resolved now (on the driver): a
+    version, or the subject's latest at this moment, fixed for the query. A field the
+    driver's JVM plan names (``SchemaOptions.jvm_plan``) has the plan's version and is
+    framed for the JVM (``TypedField.jvm_writers``)."""
+    if schemas is None:
+        return None
+    source = open_source(schemas.url, path)
+    plan = schemas.jvm_plan or {}
+    fields = []
+    for c in schemas.columns:
+        planned = plan.get(c.field) if c.format == "avro" else None
+        version = planned[0] if planned else c.version
+        typed = resolve_field(source, c.field, c.format, c.subject, version)
+        if planned:
+            typed = dataclasses.replace(typed, jvm_writers=planned[1])
+        fields.append(typed)
+    return Decoding(source, tuple(fields), schemas.fail_on_decode_error)
+
+
+def with_decoding(ranges: list[OffsetRange], decoding: Decoding | None) -> list[OffsetRange]:
+    """``ranges`` carrying ``decoding`` (the query's typed columns)."""
+    if decoding is None:
+        return ranges
+    return [dataclasses.replace(r, decoding=decoding) for r in ranges]
 
 
 def kafka_columns(
@@ -105,10 +145,16 @@ def read_range(partition: OffsetRange) -> Iterator[pa.RecordBatch]:
             raise OffsetOutOfRangeError(gone)
         log.warning("%s; reading from %d (failOnDataLoss=false)", gone, view.log_start_offset)
         start = view.log_start_offset
-    columns = READ_COLUMNS + (["headers"] if partition.include_headers else [])
+    decoding = partition.decoding
+    headers = partition.include_headers or decoding is not None  # ids may be in headers
+    columns = READ_COLUMNS + (["headers"] if headers else [])
     visible = (view.visible(b) for b in view.batches(start, partition.end, columns=columns))
+    where = f"{partition.topic}-{partition.partition}"
     for batch in coalesce(b for b in visible if b.num_rows):
-        yield kafka_columns(batch, partition.topic, partition.partition, partition.include_headers)
+        out = kafka_columns(batch, partition.topic, partition.partition, partition.include_headers)
+        if decoding is not None:
+            out = decode_batch(decoding, out, batch.column("headers").cast(_HEADERS), where)
+        yield out
 
 
 def coalesce(

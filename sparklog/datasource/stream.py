@@ -6,7 +6,11 @@ Admission control: ``maxOffsetsPerTrigger`` becomes the default read limit
 a batch holds exactly the limit when that much is available. ``minOffsetsPerTrigger`` holds
 a trigger back until that many records are there or ``maxTriggerDelay`` (default 15m) has
 passed since the last batch. ``Trigger.AvailableNow``
-reads up to the high watermarks seen when the query starts. Partitions added to a topic,
+reads up to the high watermarks seen when the query starts. Typed keys and values
+(``valueFormat``): the reader schemas are those of the query's start, for every
+micro-batch; records written with a schema registered later are resolved to them (their
+new fields dropped) and the executors fetch such new writer schemas when they meet them;
+a query sees new fields when it is started again. Partitions added to a topic,
 and topics matching a pattern later, are picked up from their log start. ``commit``
 advances the consumer group's committed offsets through the broker, so Kafka tools and
 ``sparklog groups describe`` show the query's lag; ``sparklog.datasource.progress``
@@ -36,10 +40,11 @@ from pyspark.sql.streaming.datasource import (
 from sparklog.datasource.options import StreamOptions
 from sparklog.datasource.plan import ReadPlanner, TopicPartition
 from sparklog.datasource.progress import REPORT_KEY, group_report
-from sparklog.datasource.scan import OffsetRange, read_partition
+from sparklog.datasource.scan import OffsetRange, read_partition, with_decoding
 from sparklog.kafka import admin
 from sparklog.kafka.client import KafkaClient
 from sparklog.kafka.security_admin import require_read_access
+from sparklog.schemas.codec import Decoding
 from sparklog.storage.reader import LogView
 
 log = logging.getLogger(__name__)
@@ -85,8 +90,10 @@ class SparkLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     starts is an error; one deleted while it runs, or deleted and created again, is data
     loss (``ReadPlanner.continue_from``), which ``failOnDataLoss`` decides."""
 
-    def __init__(self, options: StreamOptions) -> None:
+    def __init__(self, options: StreamOptions, decoding: Decoding | None = None) -> None:
         self.options = options
+        #: typed columns: reader schemas fixed when the query started (``source``)
+        self.decoding = decoding
         self._plan = ReadPlanner.of(options)
         self._target: dict[TopicPartition, int] | None = None
         self._committed: dict[TopicPartition, int] = {}
@@ -222,7 +229,7 @@ class SparkLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             begin = dict(self._continued[1])
         for tp in stop:  # partitions that appeared in this batch start at their log start
             begin.setdefault(tp, log_starts.get(tp, stop[tp]))
-        return self._plan.ranges(begin, stop, log_starts)
+        return with_decoding(self._plan.ranges(begin, stop, log_starts), self.decoding)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         return read_partition(partition)
