@@ -51,6 +51,9 @@ class SchemaRegistryService:
         self.node_id = node_id
         self.member = member
         self.state = RegistryState()
+        #: where this broker serves the REST API (``http[s]://host:port``), once it does:
+        #: DescribeConfigs of the broker reports it as ``confluent.schema.registry.url``
+        self.url: str | None = None
         self._next = 0  # the next offset of _schemas to apply
         self._lock = asyncio.Lock()
 

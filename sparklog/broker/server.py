@@ -223,7 +223,8 @@ class Broker:
         await site.start()
         sock = self._registry_runner.addresses[0]
         advertised = self.config.advertised_host or sock[0]
-        log.info("schema registry serving at %s://%s:%d", scheme, advertised, sock[1])
+        self.registry.url = f"{scheme}://{advertised}:{int(sock[1])}"
+        log.info("schema registry serving at %s", self.registry.url)
         return advertised, int(sock[1])
 
     def _member(self, offsets: OffsetStore) -> ClusterMember:

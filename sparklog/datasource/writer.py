@@ -8,7 +8,12 @@ binary), ``topic`` (string; the ``topic`` option overrides it), ``partition`` (i
 batch, default and maximum 768 KiB; keep it unchanged when restarting a query), Kafka's
 security options (``kafka.security.protocol``, ``kafka.sasl.*``, ``kafka.ssl.*``: see
 ``ClientSettings.from_options``); other ``kafka.*`` producer settings are accepted and
-ignored. A record
+ignored. Typed keys and values: with ``valueFormat=avro`` (``keyFormat=avro``) the column
+may be of any Spark type (a struct, typically) and is written as registry-framed Avro
+(magic byte 0, the schema id, the datum; ``sparklog.schemas.codec.AvroEncoder``) with the
+schema of ``valueSubject`` (default ``<topic>-value``; options in
+``sparklog.datasource.options``), chosen on the driver when the write starts
+(``sparklog.schemas.spark.encoding_for``). A record
 goes to its ``partition`` if given, else to murmur2(key) like Kafka's default partitioner,
 else (null key) round robin from the task's partition id — deterministic, so that a replayed
 micro-batch puts every record where it went the first time.
@@ -95,10 +100,12 @@ from pyspark.sql.types import (
     StructType,
 )
 
+from sparklog.datasource.options import WRITE_SCHEMA_OPTIONS, SchemaOptions, schema_options
 from sparklog.datasource.producer import MAX_BATCH_BYTES, PartitionStream, SinkProducer
 from sparklog.errors import CorruptMetadataError, OptionError, SinkWriteError
 from sparklog.kafka.client import ClientSettings
 from sparklog.kafka.partitioner import murmur2_partition
+from sparklog.schemas.codec import AvroEncoder, AvroEncoding
 from sparklog.storage import crashpoints, names
 from sparklog.storage.fs import FileSystem
 from sparklog.storage.store import filesystem_for
@@ -128,18 +135,25 @@ class WriteOptions:
     batch_bytes: int = MAX_BATCH_BYTES
     #: ``kafka.transactional.id``: each task writes in transactions (module docstring)
     transactional_id: str | None = None
+    #: typed keys and values, written as registry-framed Avro (module docstring)
+    encodings: tuple[AvroEncoding, ...] = ()
 
 
 def _type_name(t: Any) -> str:
     return str(t.simpleString()) if hasattr(t, "simpleString") else str(t)
 
 
-def check_schema(schema: StructType, topic_option: str | None) -> None:
-    """The Kafka sink's column rules, checked on the driver before any task runs."""
+def check_schema(
+    schema: StructType, topic_option: str | None, typed: frozenset[str] = frozenset()
+) -> None:
+    """The Kafka sink's column rules, checked on the driver before any task runs; the
+    ``typed`` columns (``key``, ``value``) are encoded, so they may be of any type."""
     fields = {f.name.lower(): f.dataType for f in schema.fields}
     if "value" not in fields:
         raise OptionError("the sparklog sink needs a 'value' column (string or binary)")
     for name in ("key", "value"):
+        if name in typed:
+            continue
         if name in fields and not isinstance(fields[name], StringType | BinaryType):
             raise OptionError(
                 f"column {name!r} must be string or binary, not {_type_name(fields[name])}"
@@ -168,7 +182,11 @@ def check_schema(schema: StructType, topic_option: str | None) -> None:
 
 def write_options(options: Mapping[str, str], schema: StructType) -> WriteOptions:
     opts = {k.lower(): str(v) for k, v in options.items()}
-    unknown = sorted(k for k in opts if k not in _KNOWN and not k.startswith("kafka."))
+    unknown = sorted(
+        k
+        for k in opts
+        if k not in _KNOWN and k not in WRITE_SCHEMA_OPTIONS and not k.startswith("kafka.")
+    )
     if unknown:
         hint = (
             " (the sink writes through the broker: give kafka.bootstrap.servers, not a path)"
@@ -191,7 +209,10 @@ def write_options(options: Mapping[str, str], schema: StructType) -> WriteOption
     topic = opts.get("topic")
     if topic is not None:
         names.validate_topic_name(topic)
-    check_schema(schema, topic)
+    where = f"topic={topic}" if topic else "the topic column"
+    schemas = schema_options(opts, (topic,) if topic else None, where, write=True)
+    typed = frozenset(c.field for c in schemas.columns) if schemas else frozenset()
+    check_schema(schema, topic, typed)
     try:
         batch_bytes = int(opts.get("kafka.batch.size", MAX_BATCH_BYTES))
     except ValueError:
@@ -208,7 +229,45 @@ def write_options(options: Mapping[str, str], schema: StructType) -> WriteOption
     tid = opts.get("kafka.transactional.id")
     if tid is not None and not tid.strip():
         raise OptionError("option kafka.transactional.id must not be empty")
-    return WriteOptions(client, topic, state_dir, batch_bytes, tid)
+    encodings = _encodings(schemas, schema, client) if schemas else ()
+    return WriteOptions(client, topic, state_dir, batch_bytes, tid, encodings)
+
+
+def _encodings(
+    schemas: SchemaOptions, schema: StructType, client: ClientSettings
+) -> tuple[AvroEncoding, ...]:
+    """How each typed column is written (on the driver; module docstring). Without
+    ``schemaRegistryUrl``, the registry the broker serves, with the sink's SASL user as
+    basic credentials (the registry checks the broker's users)."""
+    from sparklog.schemas.source import HttpSchemaSource
+    from sparklog.schemas.spark import encoding_for
+
+    url = schemas.url
+    auth = None
+    if url is None:
+        from sparklog.kafka import admin
+        from sparklog.kafka.client import KafkaClient
+        from sparklog.schemas.model import REGISTRY_URL_CONFIG
+
+        with KafkaClient(client) as kafka:
+            url = admin.broker_configs(kafka, [REGISTRY_URL_CONFIG]).get(REGISTRY_URL_CONFIG)
+        if not url:
+            raise OptionError(
+                "valueFormat/keyFormat avro: the broker serves no schema registry "
+                "(confluent.schema.registry.url); give the option schemaRegistryUrl"
+            )
+        if client.sasl_username and client.sasl_password is not None:
+            auth = f"{client.sasl_username}:{client.sasl_password}"
+    source = HttpSchemaSource(url, basic_auth=auth, ssl_cafile=client.ssl_cafile)
+    types = {f.name.lower(): f.dataType for f in schema.fields}
+    for c in schemas.columns:
+        if c.field not in types:
+            raise OptionError(f"option {c.field}Format={c.format} needs a {c.field!r} column")
+    return tuple(
+        encoding_for(source, c.field, c.subject, c.version, types[c.field],
+                     auto_register=schemas.auto_register)
+        for c in schemas.columns
+    )  # fmt: skip
 
 
 # ---------------------------------------------------------------------------- sink state
@@ -312,12 +371,18 @@ def _column(batch: pa.RecordBatch, name: str) -> pa.Array | None:
     return None if idx < 0 else batch.column(idx)
 
 
-def normalise(batch: pa.RecordBatch, topic: str | None) -> pa.Table:
-    """A sink batch as columns ``topic, partition, key, value, headers`` of fixed types."""
+def normalise(
+    batch: pa.RecordBatch, topic: str | None, encodings: tuple[AvroEncoding, ...] = ()
+) -> pa.Table:
+    """A sink batch as columns ``topic, partition, key, value, headers`` of fixed types,
+    the typed columns (``encodings``) encoded."""
     n = batch.num_rows
     key = _column(batch, "key")
     value = _column(batch, "value")
     assert value is not None  # checked with the schema
+    for enc in encodings:
+        encoded = _encoder(enc).encode(_column(batch, enc.field))
+        key, value = (encoded, value) if enc.field == "key" else (key, encoded)
     headers = _column(batch, "headers")
     part = _column(batch, "partition")
     if topic is not None:
@@ -337,6 +402,19 @@ def normalise(batch: pa.RecordBatch, topic: str | None) -> pa.Table:
             "headers": pa.nulls(n, _HEADERS) if headers is None else headers.cast(_HEADERS),
         }
     )
+
+
+_ENCODERS: dict[AvroEncoding, AvroEncoder] = {}
+
+
+def _encoder(encoding: AvroEncoding) -> AvroEncoder:
+    """One encoder per schema per Python worker (Spark reuses workers across tasks)."""
+    found = _ENCODERS.get(encoding)
+    if found is None:
+        if len(_ENCODERS) >= 32:
+            _ENCODERS.clear()
+        found = _ENCODERS[encoding] = AvroEncoder(encoding)
+    return found
 
 
 def assign_partitions(table: pa.Table, partitions: int, round_robin_start: int) -> pa.Array:
@@ -420,8 +498,8 @@ def _write_streams(
     for batch in batches:
         if not batch.num_rows:
             continue
-        for topic, p, rows in _route(producer, opts, normalise(batch, opts.topic), task,
-                                     counts, rr):  # fmt: skip
+        table = normalise(batch, opts.topic, opts.encodings)
+        for topic, p, rows in _route(producer, opts, table, task, counts, rr):
             if (topic, p) not in streams:
                 streams[(topic, p)] = new_stream(topic, p)
             streams[(topic, p)].add(rows)

@@ -18,6 +18,7 @@ from sparklog.kafka.wire import ApiKey
 
 LATEST, EARLIEST = -1, -2  # ListOffsets' special timestamps
 TOPIC_RESOURCE = 2
+BROKER_RESOURCE = 4
 #: answers that mean "ask the group's coordinator" (cluster mode: it is another broker)
 _COORDINATOR_MOVED = {
     ErrorCode.not_coordinator,
@@ -152,6 +153,25 @@ def list_offsets(
             raise KafkaRequestError(f"list offsets of {topic}-{p.partition_index}", p.error_code)
         out[p.partition_index] = (p.offset, p.timestamp)
     return out
+
+
+def broker_configs(client: KafkaClient, keys: list[str] | None = None) -> dict[str, str]:
+    """The configs (``keys``, None: all) of the broker ``client`` talks to."""
+    cfg = client.request(
+        ApiKey.DESCRIBE_CONFIGS,
+        4,
+        {
+            "resources": [
+                {"resource_type": BROKER_RESOURCE, "resource_name": "",
+                 "configuration_keys": keys}
+            ],
+            "include_synonyms": False,
+            "include_documentation": False,
+        },
+    ).results[0]  # fmt: skip
+    if cfg.error_code != ErrorCode.none:
+        raise KafkaRequestError("describe the broker's configs", cfg.error_code)
+    return {c.name: c.value for c in cfg.configs if c.value is not None}
 
 
 def describe_topic(client: KafkaClient, name: str) -> dict[str, Any]:

@@ -13,6 +13,8 @@ MAGIC = 0
 #: the header that carries the schema's GUID (magic byte 1 + 16 bytes) instead of a prefix
 KEY_SCHEMA_ID_HEADER = "__key_schema_id"
 VALUE_SCHEMA_ID_HEADER = "__value_schema_id"
+#: the broker config (Confluent Server's name) that says where a broker serves the registry
+REGISTRY_URL_CONFIG = "confluent.schema.registry.url"
 
 
 @dataclass(frozen=True)

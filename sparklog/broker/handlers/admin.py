@@ -30,6 +30,7 @@ from sparklog.errors import (
     TopicAuthorizationError,
     TopicExistsError,
 )
+from sparklog.schemas.model import REGISTRY_URL_CONFIG
 from sparklog.security.acls import AclOperation as Op
 from sparklog.security.acls import ResourceType as RT
 from sparklog.storage import names
@@ -278,6 +279,10 @@ async def describe_configs(ctx: RequestContext, header: Any, req: Any) -> dict[s
                     "num.partitions": str(cfg.num_partitions),
                     "socket.request.max.bytes": str(cfg.socket_request_max_bytes),
                 }
+                registry = ctx.services.registry
+                if registry is not None and registry.url is not None:
+                    # Confluent Server's name: where Spark's sink finds the registry
+                    broker[REGISTRY_URL_CONFIG] = registry.url
                 rows = [(k, v, True, SOURCE_STATIC) for k, v in broker.items()]
                 rows += [
                     (_TOPIC_TO_BROKER[k], str(v), False, SOURCE_DYNAMIC_DEFAULT)
