@@ -316,6 +316,7 @@ class BrokerCluster:
         extra: tuple[str, ...] = (),
         racks: dict[int, str] | None = None,
         listen: str = "",
+        schema_registry: bool = False,
     ) -> None:
         self.data_dir = data_dir
         self.endpoints = endpoints
@@ -325,8 +326,9 @@ class BrokerCluster:
         for i in range(1, n + 1):
             rack = ("--rack", racks[i]) if i in racks else ()
             self.brokers[i] = BrokerProcess(
-                data_dir, extra=("--node-id", str(i), *flags, *rack), listen=listen
-            )
+                data_dir, extra=("--node-id", str(i), *flags, *rack), listen=listen,
+                schema_registry=schema_registry,
+            )  # fmt: skip
 
     @property
     def bootstrap(self) -> str:

@@ -56,6 +56,8 @@ class SchemaRegistryService:
         self.url: str | None = None
         self._next = 0  # the next offset of _schemas to apply
         self._lock = asyncio.Lock()
+        #: the leader epoch at which an append failed: no more changes at it (``change``)
+        self._failed_epoch: int | None = None
 
     def ensure_topic(self) -> None:
         self.manager.ensure_internal_topic(SCHEMAS_TOPIC, 1)
@@ -63,10 +65,32 @@ class SchemaRegistryService:
     # ------------------------------------------------------------------ reading
 
     def leads(self) -> bool:
-        """Whether this broker may write ``_schemas`` (embedded: always)."""
+        """Whether this broker may write ``_schemas``: it leads partition 0 (embedded:
+        always), at an epoch at which no append of its failed (``change``)."""
         if self.member is None:
-            return True
-        return (SCHEMAS_TOPIC, 0) in self.manager.handles
+            return self._failed_epoch is None
+        handle = self.manager.handles.get((SCHEMAS_TOPIC, 0))
+        return handle is not None and handle.leader_epoch != self._failed_epoch
+
+    def named_leader(self) -> bool:
+        """Cluster mode: whether the cluster view names this broker the leader of
+        ``_schemas``-0 (it may not have taken it over yet, or not write at its epoch)."""
+        return (
+            self.member is not None and self.member.leader_of(SCHEMAS_TOPIC, 0)[0] == self.node_id
+        )
+
+    async def becoming_leader(self, wait_s: float = 5.0) -> bool:
+        """Whether this broker leads ``_schemas``-0 within ``wait_s``, when the cluster view
+        already says it does (it is taking the partition over): rather than forward a
+        change to itself."""
+        if not self.named_leader():
+            return False
+        deadline = asyncio.get_running_loop().time() + wait_s
+        while not self.leads():
+            if asyncio.get_running_loop().time() > deadline:
+                return False
+            await asyncio.sleep(0.05)
+        return True
 
     def leader_url(self) -> str | None:
         """Cluster mode: the registry address of the broker leading ``_schemas``-0."""
@@ -115,10 +139,19 @@ class SchemaRegistryService:
             result, records = compute(self.state)
             if not records:
                 return result
+            epoch = self.manager.partition(SCHEMAS_TOPIC, 0).leader_epoch
             try:
                 await self._append(records)
             except BaseException:
-                log.warning("a registry change was not written; reading _schemas again")
+                # The records may still become visible: a broker that takes the partition
+                # over keeps what was appended before it froze the segment, acknowledged
+                # or not. A change computed without them could give their ids again, so
+                # this broker writes no more at this epoch; the next leader (this one at a
+                # newer epoch, or another) reads them before its first change.
+                self._failed_epoch = epoch
+                log.warning("a registry change was not written (the log may still hold it): "
+                            "no more changes at leader epoch %d; reading _schemas again",
+                            epoch)  # fmt: skip
                 self.state, self._next = RegistryState(), 0
                 try:
                     self.refresh()

@@ -61,6 +61,10 @@ def _flag(request: web.Request, name: str) -> bool:
     return request.query.get(name, "false").strip().lower() == "true"
 
 
+#: the header of a change forwarded to the leader (its value: the forwarding broker's id)
+FORWARDED = "X-Sparklog-Forwarded-By"
+
+
 class RegistryApi:
     """The routes; ``app()`` is the aiohttp application."""
 
@@ -196,8 +200,14 @@ class RegistryApi:
     ) -> web.StreamResponse:
         """A change: here if this broker leads ``_schemas``, else forwarded to the leader."""
         self._may_change(request, request.match_info.get("subject"))
-        if self.service.leads():
+        if self.service.leads() or await self.service.becoming_leader():
             return _answer(await self.service.change(compute))
+        if FORWARDED in request.headers or self.service.named_leader():
+            # one hop only: two brokers whose views of the leader differ (leadership is
+            # moving) must not pass a change back and forth
+            raise RegistryUnavailableError(
+                "this broker cannot write _schemas now (leadership is moving); retry"
+            )
         return await self._forward(request)
 
     async def _forward(self, request: web.Request) -> web.StreamResponse:
@@ -208,6 +218,7 @@ class RegistryApi:
             self._session = ClientSession(timeout=ClientTimeout(total=30))
         headers = {k: v for k, v in request.headers.items()
                    if k.lower() in ("authorization", "content-type", "accept")}  # fmt: skip
+        headers[FORWARDED] = str(self.service.node_id)
         url = f"{self.scheme}://{leader}{request.rel_url}"
         try:
             async with self._session.request(
