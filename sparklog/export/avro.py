@@ -46,9 +46,9 @@ _STALE_S = 24 * 3600
 
 def has_from_avro(spark: SparkSession) -> bool:
     """Whether spark-avro (and so ``from_avro``) is on the session's classpath."""
-    from sparklog.spark import has_jvm_class
+    from sparklog.schemas.spark import avro_in_jvm
 
-    return has_jvm_class(spark, "org.apache.spark.sql.avro.AvroDataToCatalyst")
+    return avro_in_jvm(spark)
 
 
 def _long(n: int) -> bytes:

@@ -3,8 +3,15 @@
 ./spark-submit.sh export --topic T --format parquet|delta|avro|json --out PATH
     [--data-dir DIR] [--starting-offsets earliest|latest|JSON | --starting-timestamp MS]
     [--ending-offsets latest|JSON] [--incremental --checkpoint PATH]
-    [--decode avro --schema FILE | --decode json --schema DDL] [--upsert]
-    [--reader native|python]
+    [--decode avro --schema FILE | --decode json --schema DDL
+     | --decode registry [--subject S] [--schema-version N] [--schema-registry-url URL]]
+    [--upsert] [--reader native|python]
+
+``--decode registry``: values framed by a schema registry (Confluent's wire format, as
+confluent-kafka's serializers and the sparklog sink write them) decoded with the schemas
+of ``--subject`` (default ``<topic>-value``), version ``--schema-version`` (default: the
+latest when the export starts) as the reader schema, from the registry at
+``--schema-registry-url`` or, by default, the storage root's own ``_schemas`` topic.
 """
 
 from __future__ import annotations
@@ -37,6 +44,11 @@ class ExportOptions:
     reader: str = "native"
     max_records_per_batch: int | None = None
     include_headers: bool = False
+    #: ``--decode registry``: the reader schema's subject (None: ``<topic>-value``), its
+    #: version (None: the latest), and the registry (None: the storage root's ``_schemas``)
+    subject: str | None = None
+    schema_version: int | None = None
+    registry_url: str | None = None
 
     def source_options(self) -> dict[str, str]:
         """The ``format("sparklog")`` options these arguments mean."""
@@ -48,7 +60,7 @@ class ExportOptions:
             opts["endingOffsets"] = self.ending_offsets
         if self.max_records_per_batch is not None and self.incremental:
             opts["maxOffsetsPerTrigger"] = str(self.max_records_per_batch)
-        if self.include_headers:
+        if self.include_headers or self.decode == "registry":  # ids may be in headers
             opts["includeHeaders"] = "true"
         return opts
 
@@ -68,8 +80,19 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--checkpoint", help="where an incremental export keeps its progress")
     p.add_argument("--max-records-per-batch", type=int, metavar="N",
                    help="--incremental: at most N records a micro-batch")  # fmt: skip
-    p.add_argument("--decode", choices=("avro", "json"), help="decode the value column")
+    p.add_argument("--decode", choices=("avro", "json", "registry"),
+                   help="decode the value column")  # fmt: skip
     p.add_argument("--schema", help="--decode avro: an .avsc file; --decode json: a DDL string")
+    p.add_argument("--subject", help="--decode registry: the subject (default <topic>-value)")
+    p.add_argument(
+        "--schema-version",
+        type=int,
+        metavar="N",
+        help="--decode registry: the reader schema's version (default: latest)",
+    )
+    p.add_argument("--schema-registry-url", metavar="URL",
+                   help="--decode registry: the registry (default: the storage root's "
+                        "_schemas topic)")  # fmt: skip
     p.add_argument("--upsert", action="store_true",
                    help="delta only: one row per key, tombstones delete it")  # fmt: skip
     p.add_argument("--include-headers", action="store_true",
@@ -97,8 +120,19 @@ def parse(argv: Sequence[str] | None = None) -> ExportOptions:
         raise ExportUsageError("--ending-offsets contradicts --incremental (it has no end)")
     if a.max_records_per_batch is not None and (not a.incremental or a.max_records_per_batch < 1):
         raise ExportUsageError("--max-records-per-batch needs --incremental and N >= 1")
-    if (a.decode is None) != (a.schema is None):
-        raise ExportUsageError("--decode and --schema go together")
+    if a.decode == "registry":
+        if a.schema is not None:
+            raise ExportUsageError("--decode registry takes its schemas from the registry, not "
+                                   "--schema")  # fmt: skip
+        if a.schema_version is not None and a.schema_version < 1:
+            raise ExportUsageError("--schema-version must be a version >= 1")
+    else:
+        if (a.decode is None) != (a.schema is None):
+            raise ExportUsageError("--decode and --schema go together")
+        for flag in ("subject", "schema_version", "schema_registry_url"):
+            if getattr(a, flag) is not None:
+                name = "--" + flag.replace("_", "-")
+                raise ExportUsageError(f"{name} is for --decode registry")
     if a.upsert and a.format != "delta":
         raise ExportUsageError(
             "--upsert needs --format delta (a table to merge into; files cannot be updated)"
@@ -128,4 +162,7 @@ def parse(argv: Sequence[str] | None = None) -> ExportOptions:
         reader=a.reader,
         max_records_per_batch=a.max_records_per_batch,
         include_headers=a.include_headers,
+        subject=a.subject,
+        schema_version=a.schema_version,
+        registry_url=a.schema_registry_url,
     )

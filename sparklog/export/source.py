@@ -128,7 +128,7 @@ def read(spark: SparkSession, opts: ExportOptions, ranges: list[PartitionRange])
     """The planned ranges as one DataFrame in the Kafka source's columns."""
     import sparklog.spark
 
-    headers = opts.include_headers
+    headers = opts.include_headers or opts.decode == "registry"  # registry: ids in headers
     parts: list[DataFrame] = []
     tail: dict[int, tuple[int, int]] = {}
     schema = None  # every sealed segment has the same schema: infer it from one file, once
@@ -179,6 +179,8 @@ def decode(
     ``scratch`` for the caller to remove after writing."""
     if opts.decode is None:
         return df
+    if opts.decode == "registry":
+        return _decode_registry(spark, df, opts)
     from py4j.protocol import Py4JJavaError
     from pyspark.errors import PySparkException
     from pyspark.sql import functions as F
@@ -224,6 +226,42 @@ def decode(
             f"--schema: the decoded fields {clash} clash with the Kafka columns of the export"
         )
     return df.select(*keep, parsed.alias("_value")).select(*keep, "_value.*")
+
+
+def _decode_registry(spark: SparkSession, df: DataFrame, opts: ExportOptions) -> DataFrame:
+    """``--decode registry``: the value decoded in the JVM with the subject's writer
+    schemas (``sparklog.schemas.spark.from_registry``), its fields as columns, and
+    ``valueSchemaId``; a record that cannot be decoded fails the export, naming it. The
+    headers, read for schema ids, are kept only with ``--include-headers``."""
+    from pyspark.sql.types import StructType
+
+    from sparklog.errors import OptionError, SchemaRegistryError
+    from sparklog.schemas.spark import avro_in_jvm, from_registry
+
+    if not avro_in_jvm(spark):
+        raise ExportUsageError(
+            "--decode registry needs Spark's from_avro: the spark-avro jar "
+            "(org.apache.spark:spark-avro_2.13) on spark.jars; see docs/jvm.md"
+        )
+    subject = opts.subject or f"{opts.topic}-value"
+    try:
+        df = from_registry(df, "value", schema_registry_url=opts.registry_url,
+                           storage_path=opts.data_dir, subject=subject,
+                           version=opts.schema_version)  # fmt: skip
+    except (OptionError, SchemaRegistryError) as e:
+        raise ExportUsageError(f"--decode registry: {e}") from None
+    if not opts.include_headers:
+        df = df.drop("headers")
+    keep = [c for c in df.columns if c != "value"]
+    vtype = df.schema["value"].dataType
+    if not isinstance(vtype, StructType):
+        return df.select(*keep, "value")
+    clash = sorted({f.name for f in vtype.fields} & set(keep))
+    if clash:
+        raise ExportUsageError(
+            f"--decode registry: the decoded fields {clash} clash with the Kafka columns"
+        )
+    return df.select(*keep, "value.*")
 
 
 @contextlib.contextmanager

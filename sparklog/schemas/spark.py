@@ -245,14 +245,11 @@ def encoding_for(
 
 
 def avro_in_jvm(spark: Any) -> bool:
-    """Whether ``spark`` has Spark's Avro functions (the spark-avro jar; Spark Connect
-    sessions have no JVM here, so no)."""
-    try:
-        from py4j.java_gateway import JavaClass
+    """Whether ``spark`` has Spark's Avro functions (the spark-avro jar; a Spark Connect
+    session has no JVM here, so no)."""
+    from sparklog.spark import has_jvm_class
 
-        return isinstance(spark._jvm.org.apache.spark.sql.avro.functions, JavaClass)
-    except Exception:  # no _jvm, no gateway: not a classic session
-        return False
+    return has_jvm_class(spark, "org.apache.spark.sql.avro.AvroDataToCatalyst")
 
 
 def writer_ids(source: SchemaSource, subject: str, upto: int) -> tuple[int, ...]:
