@@ -1,9 +1,10 @@
 """``--decode avro``: Avro-encoded values as typed columns, decoded by Spark's own Avro code.
 
-Spark's ``from_avro`` lives in the spark-avro module, which pyspark does not ship (and no
-Maven repository is reachable here); the Avro *file* format, with Spark's Avro
-deserializer, is inside spark-sql. So where ``from_avro`` is missing, the values are
-wrapped into Avro container files and read back with the file format:
+Spark's ``from_avro`` lives in the spark-avro module, which pyspark does not ship; the
+project fetches it with Maven (``jvm/spark/pom.xml``) and then ``from_avro`` decodes. The
+Avro *file* format, with Spark's Avro deserializer, is inside spark-sql. So where
+``from_avro`` is missing (a session with pyspark's jars alone), the values are wrapped
+into Avro container files and read back with the file format:
 
 - An Avro record is the concatenation of its fields' encodings, so a record of the
   *wrapper* schema ``{key, topic, partition, offset, timestamp, timestampType, value}``,
