@@ -12,7 +12,10 @@ Typed keys and values (``valueFormat``/``keyFormat`` avro or json): the range ca
 schemas come from); each batch's key and value are decoded by ``sparklog.schemas.codec``
 (every record with its own writer schema, resolved to the reader schema) and the columns
 ``keySchemaId``/``valueSchemaId`` (and, with ``failOnDecodeError=false``,
-``keyDecodeError``/``valueDecodeError``) follow the Kafka columns.
+``keyDecodeError``/``valueDecodeError``) follow the Kafka columns. A field the driver
+planned for the JVM (``TypedField.jvm_writers``) is only unframed here: its column holds
+the Avro payloads and a hidden column the schema to decode each with, which the driver's
+projection (``sparklog.schemas.spark.jvm_decode``) decodes and drops.
 
 Transactions: control records (markers) are never returned; a ``read_committed`` range
 (``kafka.isolation.level``, sparklog's default) was planned to end at the last stable

@@ -20,6 +20,12 @@ or when that fails, document by document. A null key or value (a tombstone) deco
 null. Schemas are fetched on first use by id (or GUID) from the ``SchemaSource``, so a
 schema registered while a stream runs is found by the executors that meet it.
 
+**Framing for the JVM** (``FieldDecoder.frame_for_jvm``, the default for Avro in a
+``format("sparklog")`` read): the reader only unframes; Spark's ``from_avro`` decodes
+(``sparklog.schemas.spark.jvm_decode``, one expression per writer schema the query
+planned, ``TypedField.jvm_writers``). A record of a schema the plan lacks (registered
+after the query started) is decoded here and written again with the reader schema.
+
 A record that cannot be decoded - no magic byte, too short, an unknown schema id, a
 schema of the wrong type, a payload the schema cannot read, a writer schema the reader
 schema cannot resolve - raises ``SchemaDecodeError`` naming the topic, partition, offset

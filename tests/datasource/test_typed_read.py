@@ -11,7 +11,6 @@ import datetime
 import decimal
 import json
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -31,19 +30,6 @@ from sparklog.kafka.client import KafkaClient
 from ..schemas.test_codec import ALL_TYPES, V1, V2
 
 pytestmark = pytest.mark.spark
-
-
-@pytest.fixture(scope="module")
-def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    b = BrokerProcess(str(tmp_path_factory.mktemp("typed") / "data"), schema_registry=True)
-    b.start()
-    yield b
-    b.stop()
-
-
-@pytest.fixture(scope="module")
-def registry(broker: BrokerProcess) -> SchemaRegistryClient:
-    return SchemaRegistryClient({"url": broker.registry_url})
 
 
 def produce(

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import datetime
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -28,19 +27,6 @@ ORDER = {
     "type": "record", "name": "Order", "namespace": "shop",
     "fields": [{"name": "id", "type": "long"}, {"name": "item", "type": "string"}],
 }  # fmt: skip
-
-
-@pytest.fixture(scope="module")
-def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    b = BrokerProcess(str(tmp_path_factory.mktemp("typed-write") / "data"), schema_registry=True)
-    b.start()
-    yield b
-    b.stop()
-
-
-@pytest.fixture(scope="module")
-def registry(broker: BrokerProcess) -> SchemaRegistryClient:
-    return SchemaRegistryClient({"url": broker.registry_url})
 
 
 def topic(broker: BrokerProcess, name: str) -> str:
