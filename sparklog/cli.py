@@ -24,7 +24,9 @@ TARGET is ``--bootstrap-server HOST:PORT [--command-config FILE]`` or ``--data-d
 every ``--bootstrap-server`` takes ``--command-config``, a properties file of Kafka client
 security settings as Kafka's tools take (``security.protocol``, ``sasl.*``, ``ssl.*``).
 ``groups describe`` shows, per partition, the owner, committed offset, log end offset, lag
-in records and lag in seconds (the age of the oldest unconsumed record).
+in records, lag in seconds (the age of the oldest unconsumed record) and the lag status
+(Burrow's OK, WARN, REWIND, STALL, STOP; from the coordinator's ``/metrics``, when it
+serves them: ``sparklog.kafka.lag_status``).
 ``groups reset-offsets`` follows Kafka's tool: it prints the new offsets, and commits them
 only with ``--execute``.
 
@@ -171,19 +173,29 @@ def _groups(args: argparse.Namespace) -> int:
             for group, state in kc.list_groups(c):
                 print(f"{group}\t{state}")
         elif args.action == "describe":
+            from sparklog.kafka.lag_status import group_status
+
             doc = kc.describe_group(c, args.group, int(time.time() * 1000))
+            health = group_status(c, args.group)
+            doc["status"] = health.status if health else None
+            for r in doc["partitions"]:
+                key = (r["topic"], r["partition"])
+                r["status"] = health.partitions.get(key) if health else None
             if args.json:
                 print(json.dumps(doc, indent=2))
                 return 0
-            print(f"group {doc['group']} ({doc['state']}, {len(doc['members'])} members)")
-            header = ("TOPIC", "PARTITION", "COMMITTED", "LOG-END", "LAG", "LAG-SECONDS", "OWNER")
+            status = f", lag status {doc['status']}" if doc["status"] else ""
+            print(f"group {doc['group']} ({doc['state']}, {len(doc['members'])} members"
+                  f"{status})")  # fmt: skip
+            header = ("TOPIC", "PARTITION", "COMMITTED", "LOG-END", "LAG", "LAG-SECONDS",
+                      "STATUS", "OWNER")  # fmt: skip
             print("\t".join(header))
             for r in doc["partitions"]:
                 secs = "-" if r["lag_seconds"] is None else f"{r['lag_seconds']:.1f}"
                 committed = "-" if r["committed_offset"] is None else str(r["committed_offset"])
                 print("\t".join([r["topic"], str(r["partition"]), committed,
                                  str(r["log_end_offset"]), str(r["lag"]), secs,
-                                 r["owner"] or "-"]))  # fmt: skip
+                                 r["status"] or "-", r["owner"] or "-"]))  # fmt: skip
         elif args.action == "delete":
             kc.delete_group(c, args.group)
             print(f"Deleted group {args.group}.")
@@ -281,6 +293,7 @@ def _broker(args: argparse.Namespace) -> int:
         rack=args.rack,
         advertised_host=args.advertised_host,
         schema_registry=args.schema_registry,
+        metrics=args.metrics,
     )
     run(config)
     return 0
@@ -407,6 +420,10 @@ def build_parser() -> argparse.ArgumentParser:
     start.add_argument(
         "--schema-registry", metavar="[http[s]://]HOST:PORT",
         help="serve the Schema Registry REST API there (docs/schemas.md)",
+    )  # fmt: skip
+    start.add_argument(
+        "--metrics", metavar="HOST:PORT",
+        help="serve Prometheus metrics at /metrics there (docs/metrics.md)",
     )  # fmt: skip
     start.set_defaults(func=_broker)
     cluster = sub.add_parser("cluster", help="cluster mode: what etcd says (docs/cluster.md)")

@@ -27,6 +27,7 @@ from pathlib import Path
 LISTENING = re.compile(r"listening on (\S+?):(\d+)")
 ENDPOINT = re.compile(r"([A-Z_]+)://(\S+?):(\d+)")
 REGISTRY = re.compile(r"schema registry serving at https?://\S+?:(\d+)")
+METRICS = re.compile(r"metrics serving at http://\S+?:(\d+)/metrics")
 _PROJECT = Path(__file__).resolve().parents[1]
 _PR_SET_PDEATHSIG = 1
 
@@ -48,11 +49,15 @@ class BrokerProcess:
         extra: tuple[str, ...] = (),
         listen: str = "",
         schema_registry: bool = False,
+        metrics: bool = False,
     ) -> None:
         self.data_dir = data_dir
         #: serve the Schema Registry (on a free port, kept on a restart): ``registry_url``
         self.schema_registry = schema_registry
         self.registry_port = 0
+        #: serve /metrics (on a free port, kept on a restart): ``metrics_url``
+        self.metrics = metrics
+        self.metrics_port = 0
         self.port = port
         #: several listeners (``"SASL_SSL://127.0.0.1:0,PLAINTEXT://127.0.0.1:0"``): their
         #: ports are in ``endpoints`` once started, and kept on a restart
@@ -71,6 +76,11 @@ class BrokerProcess:
     def registry_url(self) -> str:
         """``http://127.0.0.1:PORT`` of the broker's Schema Registry."""
         return f"http://127.0.0.1:{self.registry_port}"
+
+    @property
+    def metrics_url(self) -> str:
+        """``http://127.0.0.1:PORT/metrics`` of the broker's metrics."""
+        return f"http://127.0.0.1:{self.metrics_port}/metrics"
 
     def address(self, protocol: str) -> str:
         """``127.0.0.1:PORT`` of the broker's ``protocol`` listener."""
@@ -100,6 +110,8 @@ class BrokerProcess:
         ]  # fmt: skip
         if self.schema_registry:
             cmd += ["--schema-registry", f"127.0.0.1:{self.registry_port}"]
+        if self.metrics:
+            cmd += ["--metrics", f"127.0.0.1:{self.metrics_port}"]
         path = os.environ.get("PYTHONPATH")
         env = {**os.environ, "PYTHONPATH": str(_PROJECT) + (os.pathsep + path if path else "")}
         self.proc = subprocess.Popen(
@@ -121,6 +133,9 @@ class BrokerProcess:
                 r = REGISTRY.search(line)
                 if r and not found.is_set():
                     self.registry_port = int(r.group(1))
+                mm = METRICS.search(line)
+                if mm and not found.is_set():
+                    self.metrics_port = int(mm.group(1))
                 m = LISTENING.search(line)
                 if m and not found.is_set():
                     self.port = int(m.group(2))
@@ -317,6 +332,7 @@ class BrokerCluster:
         racks: dict[int, str] | None = None,
         listen: str = "",
         schema_registry: bool = False,
+        metrics: bool = False,
     ) -> None:
         self.data_dir = data_dir
         self.endpoints = endpoints
@@ -327,7 +343,7 @@ class BrokerCluster:
             rack = ("--rack", racks[i]) if i in racks else ()
             self.brokers[i] = BrokerProcess(
                 data_dir, extra=("--node-id", str(i), *flags, *rack), listen=listen,
-                schema_registry=schema_registry,
+                schema_registry=schema_registry, metrics=metrics,
             )  # fmt: skip
 
     @property

@@ -35,6 +35,10 @@ TOML layout::
     schema_registry = "127.0.0.1:8081"       # serve the Schema Registry REST API there
                                              # ([http[s]://]HOST:PORT; docs/schemas.md)
     schema_registry_auth = "none"            # "basic": HTTP basic auth as a broker user
+    metrics = "127.0.0.1:9404"               # serve Prometheus metrics at /metrics there
+                                             # (HOST:PORT; docs/metrics.md)
+    lag_sample_ms = 10000                    # lag health: how often a group is sampled,
+    lag_window = 10                          # and how many samples make its window
 
     [topic_defaults]                   # Kafka topic configs applied to new topics
     "retention.ms" = "604800000"
@@ -80,6 +84,9 @@ class BrokerConfig:
     ack_fence: bool = True
     schema_registry: str | None = None
     schema_registry_auth: str = "none"
+    metrics: str | None = None
+    lag_sample_ms: int = 10_000
+    lag_window: int = 10
     topic_defaults: dict[str, str] = field(default_factory=dict)
     security: SecurityConfig = field(default_factory=SecurityConfig)
 
@@ -125,6 +132,10 @@ class BrokerConfig:
         https = self.schema_registry is not None and self.registry_address[0] == "https"
         if https and not sec.ssl_certfile:
             raise ValueError("an https schema_registry needs [security] ssl_certfile")
+        if self.metrics is not None:
+            self.metrics_address  # noqa: B018 (parsed: a malformed address fails here)
+        if self.lag_sample_ms < 10 or self.lag_window < 2:
+            raise ValueError("lag_sample_ms must be >= 10 and lag_window >= 2")
         if self.lease_ttl_ms < 1000:
             raise ValueError(f"lease_ttl_ms must be >= 1000 (etcd leases are whole seconds), "
                              f"got {self.lease_ttl_ms}")  # fmt: skip
@@ -146,6 +157,15 @@ class BrokerConfig:
         if scheme not in ("http", "https") or not host or not port.isdigit():
             raise ValueError(f"schema_registry {raw!r}: expected [http[s]://]HOST:PORT")
         return scheme, host.strip("[]"), int(port)
+
+    @property
+    def metrics_address(self) -> tuple[str, int]:
+        """(host, port) of ``metrics``."""
+        raw = str(self.metrics or "").strip().removeprefix("http://").rstrip("/")
+        host, _, port = raw.rpartition(":")
+        if not host or not port.isdigit():
+            raise ValueError(f"metrics {self.metrics!r}: expected HOST:PORT")
+        return host.strip("[]"), int(port)
 
     @property
     def listeners(self) -> list[Listener]:

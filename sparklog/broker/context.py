@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from sparklog.broker.connection import Connection
     from sparklog.broker.groups import GroupCoordinator
     from sparklog.broker.membership import ClusterMember
+    from sparklog.broker.metrics import BrokerMetrics
     from sparklog.broker.offsets import OffsetStore
     from sparklog.broker.partitions import PartitionManager
     from sparklog.broker.registry import SchemaRegistryService
@@ -56,6 +57,7 @@ class BrokerServices:
     cluster: ClusterMember | None = None  # cluster mode only
     security: SecurityService | None = None
     registry: SchemaRegistryService | None = None  # schemas for broker-side validation
+    metrics: BrokerMetrics | None = None  # /metrics: what the hot paths count
 
 
 @dataclass(frozen=True)

@@ -52,7 +52,9 @@ from sparklog.broker.config import BrokerConfig
 from sparklog.broker.connection import Connection
 from sparklog.broker.context import BrokerServices, RequestContext
 from sparklog.broker.groups import GroupCoordinator
+from sparklog.broker.lag import LagMonitor
 from sparklog.broker.membership import ClusterMember
+from sparklog.broker.metrics import BrokerCollector, BrokerMetrics, MetricsServer
 from sparklog.broker.offsets import OFFSETS_TOPIC, OffsetStore
 from sparklog.broker.partitions import PartitionManager
 from sparklog.broker.registry import REGISTRY_ENDPOINT, SchemaRegistryService
@@ -107,6 +109,9 @@ class Broker:
         self.transactions: TransactionCoordinator | None = None
         self.registry: SchemaRegistryService | None = None
         self._registry_runner: web.AppRunner | None = None
+        self.metrics: BrokerMetrics | None = None
+        self._collector: BrokerCollector | None = None
+        self._metrics_server: MetricsServer | None = None
 
     async def _next_producer_id(self) -> int:
         if self.member is not None:
@@ -158,14 +163,18 @@ class Broker:
             transactions.start()
             self.security = SecurityService(self.config.security, self.storage)
             self.registry = SchemaRegistryService(self.manager, self.config.node_id, self.member)
+            if self.config.metrics is not None:
+                self.metrics = BrokerMetrics()
             self.services = BrokerServices(
                 self.config.node_id, self.cluster_id, self.manager, coordinator, offsets,
-                transactions, self.member, self.security, self.registry,
+                transactions, self.member, self.security, self.registry, self.metrics,
             )  # fmt: skip
             await self._listen()
             registered = dict(self.endpoints)
             if self.config.schema_registry is not None:
                 registered[REGISTRY_ENDPOINT] = await self._serve_registry()
+            if self.metrics is not None:
+                await self._serve_metrics()
             if self.member is not None:
                 await self.member.start(self.host, self.port, registered)
             self._maintenance = asyncio.get_running_loop().create_task(self._maintain())
@@ -226,6 +235,20 @@ class Broker:
         self.registry.url = f"{scheme}://{advertised}:{int(sock[1])}"
         log.info("schema registry serving at %s", self.registry.url)
         return advertised, int(sock[1])
+
+    async def _serve_metrics(self) -> None:
+        """Start ``/metrics`` (``metrics``): the collector computes, at each scrape, what
+        is not counted on the hot paths (``sparklog.broker.metrics``)."""
+        assert self.metrics is not None and self.services is not None
+        cfg = self.config
+        monitor = LagMonitor(cfg.lag_window, cfg.lag_sample_ms / 1000)
+        self._collector = BrokerCollector(self.services, monitor, f"{self.host}:{self.port}")
+        self.metrics.registry.register(self._collector)
+        self._metrics_server = MetricsServer(self.metrics)
+        host, port = await self._metrics_server.start(*cfg.metrics_address)
+        advertised = cfg.advertised_host or host
+        self.metrics.url = f"http://{advertised}:{port}/metrics"
+        log.info("metrics serving at %s", self.metrics.url)
 
     def _member(self, offsets: OffsetStore) -> ClusterMember:
         assert self.manager is not None and self.config.etcd is not None
@@ -300,6 +323,11 @@ class Broker:
             except Exception:
                 log.exception("cannot refresh users and ACLs; keeping the last ones read")
         self.manager.maintain(handles, collect_garbage=collect_garbage)
+        if self._collector is not None:
+            try:
+                self._collector.sample_lag()
+            except Exception:
+                log.exception("cannot sample consumer lag")
 
     async def stop(self) -> None:
         if self._maintenance is not None:
@@ -315,6 +343,9 @@ class Broker:
             # while still answering (NOT_LEADER_OR_FOLLOWER sends clients to the new
             # leaders), so the controller moves them at once rather than after a lease TTL
             await self.member.stop()
+        if self._metrics_server is not None:
+            with contextlib.suppress(Exception):
+                await self._metrics_server.stop()
         if self._registry_runner is not None:
             with contextlib.suppress(Exception):
                 await self._registry_runner.cleanup()
@@ -391,15 +422,20 @@ class Broker:
                 if not conn.authenticated
                 else f"{api.name} after the SASL session expired (re-authenticate)"
             )
+        began = time.perf_counter()
         header, request = wire.parse_request(frame)
         ctx = RequestContext(self.services, conn, head.api_version)
         result = await api.handler(ctx, header, request)
-        if result is None:
-            return None
-        cls = wire.response_class(head.api_key, head.api_version)
-        return wire.encode_response(
-            head.api_key, head.api_version, head.correlation_id, wire.build(cls, result)
-        )
+        response = None
+        if result is not None:
+            cls = wire.response_class(head.api_key, head.api_version)
+            response = wire.encode_response(
+                head.api_key, head.api_version, head.correlation_id, wire.build(cls, result)
+            )
+        if self.metrics is not None:
+            self.metrics.request(api.name, time.perf_counter() - began, len(frame),
+                                 len(response) if response is not None else 0)  # fmt: skip
+        return response
 
 
 _BEFORE_AUTH = frozenset(

@@ -128,6 +128,8 @@ class Coordination:
         self._at = 0  # index of the endpoint in use
         self._lease: Any = None
         self._keepalive: asyncio.Task[None] | None = None
+        #: lease refreshes that succeeded (``/metrics``)
+        self.lease_renewals = 0
         self.lease_lost = asyncio.Event()
 
     def key(self, *parts: object) -> bytes:
@@ -220,6 +222,7 @@ class Coordination:
                 self.lease_lost.set()
                 return
             last_ok = sent
+            self.lease_renewals += 1
 
     @property
     def lease_id(self) -> int:

@@ -51,7 +51,7 @@ from sparklog.compaction import planner, rewrite
 from sparklog.compaction.planner import CompactionPlan, OutputGroup
 from sparklog.compaction.rewrite import GroupResult, GroupTask, SegmentTask
 from sparklog.errors import CompactionOutputError, SegmentNotLiveError
-from sparklog.storage import Storage, crashpoints, names, transforms
+from sparklog.storage import Storage, crashpoints, jobruns, names, transforms
 from sparklog.storage.lease import compaction_lease
 from sparklog.storage.manifest import Manifest, ManifestStore, SegmentInfo
 from sparklog.storage.topics import TopicMeta
@@ -424,7 +424,22 @@ def compact(
             say(o.line())
         if jobs:
             outcomes += _run(spark, storage, storage.executor_root, jobs, now, say)
-    return CompactionReport(tuple(outcomes), time.monotonic() - t0)
+    report = CompactionReport(tuple(outcomes), time.monotonic() - t0)
+    _record_runs(storage, [m.name for m in metas], report)
+    return report
+
+
+def _record_runs(storage: Storage, topics: list[str], report: CompactionReport) -> None:
+    """Each topic's run (``sparklog.storage.jobruns``): what compaction removed."""
+    for topic in topics:
+        mine = [o for o in report.outcomes if o.topic == topic]
+        done = [o for o in mine if o.status == "compacted"]
+        jobruns.record(storage.fs, storage.root, jobruns.JobRun(
+            "compaction", topic, jobruns.now_ms(), report.seconds, len(mine),
+            sum(o.segments_before - o.segments_after for o in done),
+            sum(o.records_before - o.records_after for o in done),
+            sum(o.bytes_before - o.bytes_after for o in done),
+        ))  # fmt: skip
 
 
 def _run(

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 from sparklog.compaction import planner
 from sparklog.compaction.planner import RetentionPlan
-from sparklog.storage import Storage, checkpoints, crashpoints, names, transforms
+from sparklog.storage import Storage, checkpoints, crashpoints, jobruns, names, transforms
 from sparklog.storage.manifest import Manifest, ManifestStore, SegmentInfo
 from sparklog.storage.topics import TopicMeta
 
@@ -123,8 +123,14 @@ def apply_retention(
     metas = [storage.topics.get(t) for t in wanted]
     outcomes = []
     for meta in metas:
-        for p in range(meta.partitions):
-            outcome = apply_partition(storage, meta, p, now_ms=now)
+        began = time.monotonic()
+        mine = [apply_partition(storage, meta, p, now_ms=now) for p in range(meta.partitions)]
+        for outcome in mine:
             say(outcome.line())
-            outcomes.append(outcome)
+        outcomes += mine
+        jobruns.record(storage.fs, storage.root, jobruns.JobRun(
+            "retention", meta.name, jobruns.now_ms(), time.monotonic() - began, len(mine),
+            sum(o.segments_deleted for o in mine), sum(o.records_deleted for o in mine),
+            sum(o.bytes_deleted for o in mine),
+        ))  # fmt: skip
     return RetentionReport(tuple(outcomes), time.monotonic() - t0)

@@ -19,6 +19,9 @@ from sparklog.kafka.wire import ApiKey
 LATEST, EARLIEST = -1, -2  # ListOffsets' special timestamps
 TOPIC_RESOURCE = 2
 BROKER_RESOURCE = 4
+#: the broker config that says where it serves /metrics (sparklog's own name; the lag
+#: status of ``groups describe`` is read there)
+METRICS_URL_CONFIG = "sparklog.metrics.url"
 #: answers that mean "ask the group's coordinator" (cluster mode: it is another broker)
 _COORDINATOR_MOVED = {
     ErrorCode.not_coordinator,

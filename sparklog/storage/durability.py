@@ -41,6 +41,37 @@ from sparklog.storage.checkpoints import LogPosition
 log = logging.getLogger(__name__)
 
 SYNC_THREADS = 4
+#: upper bounds (seconds) of the fsync-time buckets ``SyncTimes`` counts
+SYNC_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
+
+
+class SyncTimes:
+    """How long segment fsyncs took, process-wide (every log of the process): counts per
+    ``SYNC_BUCKETS`` bucket (cumulative, as Prometheus histograms count), their number and
+    their sum. The broker's ``/metrics`` reads it (``snapshot``); storage itself only
+    counts. Thread-safe."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._buckets = [0] * len(SYNC_BUCKETS)
+        self._count = 0
+        self._sum = 0.0
+
+    def observe(self, seconds: float) -> None:
+        with self._lock:
+            self._count += 1
+            self._sum += seconds
+            for i, bound in enumerate(SYNC_BUCKETS):
+                if seconds <= bound:
+                    self._buckets[i] += 1
+
+    def snapshot(self) -> tuple[list[tuple[float, int]], int, float]:
+        """((bucket bound, cumulative count) per bucket, count, sum)."""
+        with self._lock:
+            return list(zip(SYNC_BUCKETS, self._buckets, strict=True)), self._count, self._sum
+
+
+SYNC_TIMES = SyncTimes()
 
 _pool: ThreadPoolExecutor | None = None
 _pool_lock = threading.Lock()

@@ -54,7 +54,16 @@ from sparklog.errors import (
     OffsetOutOfRangeError,
     RecordTooLargeError,
 )
-from sparklog.storage import checkpoints, crashpoints, gc, names, recovery, transforms, txnindex
+from sparklog.storage import (
+    checkpoints,
+    crashpoints,
+    durability,
+    gc,
+    names,
+    recovery,
+    transforms,
+    txnindex,
+)
 from sparklog.storage.active import FILE_HEADER_SIZE, ActiveSegment
 from sparklog.storage.checkpoints import LogPosition
 from sparklog.storage.config import TopicConfig
@@ -202,6 +211,11 @@ class PartitionLog(SealingMixin):
     def log_end_offset(self) -> int:
         """The next offset to be assigned (appended, maybe not yet durable)."""
         return self._active.next_offset
+
+    @property
+    def active_bytes(self) -> int:
+        """The size of the active segment (appended, maybe not yet durable)."""
+        return self._active.end[0]
 
     @property
     def fsync_count(self) -> int:
@@ -374,7 +388,9 @@ class PartitionLog(SealingMixin):
         since a roll needs the token, and appends go on during the fsync."""
         seg = self._active
         size, next_offset = seg.end
+        began = time.perf_counter()
         seg.sync()
+        durability.SYNC_TIMES.observe(time.perf_counter() - began)
         if self._fence is not None:
             self._fence()  # raises once another broker leads: nothing becomes visible
         upto = LogPosition(seg.base_offset, size, next_offset)

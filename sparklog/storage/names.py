@@ -40,6 +40,8 @@ SEALED_KIND: SegmentKind = "parquet"
 
 TOPICS_DIR = "topics"
 TOPIC_META_DIR = "meta"
+JOBS_DIR = "jobs"
+JOBS = ("retention", "compaction")
 MANIFEST_DIR = "manifest"
 LOCK_FILE = ".lock"
 COMPACTION_LOCK_FILE = ".compaction.lock"
@@ -178,6 +180,13 @@ def topic_dir(root: str, topic: str) -> str:
 
 def topic_meta_dir(root: str, topic: str) -> str:
     return f"{topic_dir(root, topic)}/{TOPIC_META_DIR}"
+
+
+def job_run_path(root: str, topic: str, job: str) -> str:
+    """The last run of maintenance job ``job`` on ``topic`` (``sparklog.storage.jobruns``)."""
+    if job not in JOBS:
+        raise ValueError(f"unknown job {job!r}: one of {', '.join(JOBS)}")
+    return f"{topic_dir(root, topic)}/{JOBS_DIR}/{job}.json"
 
 
 def compaction_lock_path(root: str, topic: str) -> str:

@@ -77,6 +77,18 @@ def test_read_from_zero_after_compaction_equals_the_models_last_value_per_key(
     assert after.segments[-2].next_offset == before.segments[-2].next_offset
 
 
+def test_a_run_records_what_it_removed_for_metrics(spark: Any, root: str) -> None:
+    from sparklog.storage import jobruns
+
+    storage = _storage(root)
+    _fill(storage, Model(), segments=4, per=100, keys=10, seed=2)
+    (outcome,) = compact(spark, root, [TOPIC], now_ms=NOW).outcomes
+    run = jobruns.last(storage.fs, storage.root, TOPIC, "compaction")
+    assert run is not None and run.partitions == 1
+    assert run.records_removed == outcome.records_before - outcome.records_after > 0
+    assert run.bytes_removed == outcome.bytes_before - outcome.bytes_after
+
+
 def test_offsets_and_every_column_of_a_kept_record_are_unchanged(spark: Any, root: str) -> None:
     storage = _storage(root)
     model = Model()

@@ -55,6 +55,17 @@ def test_retention_by_time_deletes_old_segments_and_advances_the_log_start(root:
     assert "log start 0 -> 20" in outcome.line()
 
 
+def test_a_run_records_what_it_removed_for_metrics(root: str) -> None:
+    from sparklog.storage import jobruns
+
+    storage = _storage(root, retention_ms=str(90 * 60 * 1000))
+    _three_segments(storage)
+    apply_retention(root, [TOPIC], now_ms=NOW)
+    run = jobruns.last(storage.fs, storage.root, TOPIC, "retention")
+    assert run is not None
+    assert (run.partitions, run.segments_removed, run.records_removed) == (1, 2, 20)
+
+
 def test_retention_by_bytes_keeps_at_least_retention_bytes(root: str) -> None:
     storage = _storage(root, retention_ms="-1")
     model = _three_segments(storage)

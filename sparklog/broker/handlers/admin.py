@@ -30,6 +30,7 @@ from sparklog.errors import (
     TopicAuthorizationError,
     TopicExistsError,
 )
+from sparklog.kafka.admin import METRICS_URL_CONFIG
 from sparklog.schemas.model import REGISTRY_URL_CONFIG
 from sparklog.security.acls import AclOperation as Op
 from sparklog.security.acls import ResourceType as RT
@@ -210,6 +211,8 @@ async def delete_topics(ctx: RequestContext, header: Any, req: Any) -> dict[str,
         try:
             ctx.require(Op.DELETE, RT.TOPIC, name)
             ctx.manager.delete_topic(name)
+            if ctx.services.metrics is not None:
+                ctx.services.metrics.forget_topic(name)
         except (SparkLogError, ValueError) as e:
             entry.update(error_code=error_code(e), error_message=str(e))
         out.append(entry)
@@ -283,6 +286,10 @@ async def describe_configs(ctx: RequestContext, header: Any, req: Any) -> dict[s
                 if registry is not None and registry.url is not None:
                     # Confluent Server's name: where Spark's sink finds the registry
                     broker[REGISTRY_URL_CONFIG] = registry.url
+                metrics = ctx.services.metrics
+                if metrics is not None and metrics.url is not None:
+                    # where `sparklog groups describe` reads the lag status
+                    broker[METRICS_URL_CONFIG] = metrics.url
                 rows = [(k, v, True, SOURCE_STATIC) for k, v in broker.items()]
                 rows += [
                     (_TOPIC_TO_BROKER[k], str(v), False, SOURCE_DYNAMIC_DEFAULT)

@@ -145,6 +145,9 @@ def _read_partition(
             {"producer_id": a.producer_id, "first_offset": a.first_offset}
             for a in view.txn.aborted_between(offset, last + 1)
         ]
+    metrics = ctx.services.metrics
+    if metrics is not None and batches:
+        metrics.fetched(topic, sum(b.num_rows for b in batches), len(data))
     return {**entry, "records": data}, waiter, len(data)
 
 

@@ -113,6 +113,9 @@ def _append_one(
             transactional_id, batch.producer_id, batch.producer_epoch, (topic, index)
         )
     outcome = manager.append(handle, batch)
+    metrics = ctx.services.metrics
+    if metrics is not None and not outcome.duplicate:
+        metrics.produced(topic, batch.count, len(raw))
     entry: dict[str, Any] = {
         "index": index,
         "error_code": ErrorCode.none,

@@ -1,0 +1,516 @@
+"""Prometheus metrics of one broker: ``/metrics`` on ``--metrics HOST:PORT``.
+
+Two kinds (docs/metrics.md has every name, its labels and its meaning):
+
+- **kafka_exporter's names** (``kafka_brokers``, ``kafka_topic_partition_current_offset``,
+  ``kafka_consumergroup_lag`` ...), with its labels (``topic``, ``partition``,
+  ``consumergroup``), so that dashboards and lag alerts written for kafka_exporter work
+  unchanged. They are computed when scraped, from the broker's own state:
+  ``BrokerCollector``.
+- **sparklog's** (``sparklog_*``): what only sparklog knows. There are counters and
+  histograms the hot paths feed, and gauges computed when scraped:
+  - the request counts and latency per API, produce and fetch records and bytes per
+    topic, fsync latency (``BrokerMetrics``);
+  - lag in seconds, Burrow-style lag status (``sparklog.broker.lag``), segments and
+    active-segment bytes, the sealing backlog, the last retention and compaction run per
+    topic (``sparklog.storage.jobruns``), leadership changes and lease renewals.
+
+**Which series a broker reports.** In embedded mode, everything. In cluster mode, each
+broker reports the partitions it leads and the groups it coordinates (whose
+``__consumer_offsets`` partition it leads). Across the brokers these series are disjoint,
+so ``sum`` or ``max`` over the cluster gives each one once, as kafka_exporter's single
+view would. ``kafka_brokers`` and ``kafka_broker_info`` are cluster-wide on every broker.
+
+**Consistency.** A partition's committed offset is read before its log end, so lag is
+never negative (and is clamped at zero besides: an offset may be committed past the end).
+A partition of a group without a committed offset has no lag series, rather than -1. A
+group without live members keeps its series, with ``kafka_consumergroup_members`` 0.
+
+**Cost.** The hot paths pay one histogram observation and a few counter increments per
+request: label children are looked up once and cached, nothing is counted per record. A
+scrape runs on a worker thread (``MetricsServer``), so it does not hold up the event
+loop. It reads in-memory state, a snapshot taken with single C-level copies. For
+partitions this broker has not opened, it reads the manifest and high-watermark files.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+from aiohttp import web
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Histogram,
+    disable_created_metrics,
+)
+from prometheus_client import generate_latest as _generate
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
+
+from sparklog.broker.lag import STATUSES, LagMonitor, worst
+from sparklog.errors import SparkLogError
+from sparklog.storage import durability, jobruns, names
+
+if TYPE_CHECKING:
+    from sparklog.broker.context import BrokerServices
+    from sparklog.storage.reader import LogView
+
+log = logging.getLogger(__name__)
+# no ``*_created`` series: dashboards and kafka_exporter have none, and they double the text
+disable_created_metrics()  # type: ignore[no-untyped-call]
+
+#: request latency buckets (seconds): an fsync-bound produce is milliseconds, a fetch
+#: long-poll up to its max wait
+REQUEST_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
+                   2.5, 5.0, 10.0)  # fmt: skip
+_TS_CACHE = 4096  # (topic, partition, offset) -> record timestamp, for lag in seconds
+
+
+class BrokerMetrics:
+    """The counters and histograms the broker's hot paths feed (module docstring)."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=False)
+        r = self.registry
+        self._requests = Histogram(
+            "sparklog_request_duration_seconds", "Time to answer a request, per Kafka API",
+            ["api"], buckets=REQUEST_BUCKETS, registry=r,
+        )  # fmt: skip
+        self._request_bytes = Counter(
+            "sparklog_request_bytes", "Bytes of requests received, per Kafka API", ["api"],
+            registry=r,
+        )  # fmt: skip
+        self._response_bytes = Counter(
+            "sparklog_response_bytes", "Bytes of responses sent, per Kafka API", ["api"],
+            registry=r,
+        )  # fmt: skip
+        self._produced_records = Counter(
+            "sparklog_produce_records", "Records appended by Produce", ["topic"], registry=r
+        )
+        self._produced_bytes = Counter(
+            "sparklog_produce_bytes", "Record-batch bytes appended by Produce", ["topic"],
+            registry=r,
+        )  # fmt: skip
+        self._fetched_records = Counter(
+            "sparklog_fetch_records", "Records returned by Fetch", ["topic"], registry=r
+        )
+        self._fetched_bytes = Counter(
+            "sparklog_fetch_bytes", "Record-batch bytes returned by Fetch", ["topic"],
+            registry=r,
+        )  # fmt: skip
+        self._api: dict[str, tuple[Any, Any, Any]] = {}
+        self._topic: dict[str, tuple[Any, Any, Any, Any]] = {}
+        #: where the broker serves ``/metrics``, once it does (DescribeConfigs of the broker
+        #: reports it as ``sparklog.metrics.url``: ``sparklog groups describe`` reads the
+        #: lag status there)
+        self.url: str | None = None
+
+    def request(self, api: str, seconds: float, request_bytes: int, response_bytes: int) -> None:
+        children = self._api.get(api)
+        if children is None:
+            children = self._api[api] = (
+                self._requests.labels(api), self._request_bytes.labels(api),
+                self._response_bytes.labels(api),
+            )  # fmt: skip
+        children[0].observe(seconds)
+        children[1].inc(request_bytes)
+        children[2].inc(response_bytes)
+
+    def _topic_children(self, topic: str) -> tuple[Any, Any, Any, Any]:
+        children = self._topic.get(topic)
+        if children is None:
+            children = self._topic[topic] = (
+                self._produced_records.labels(topic), self._produced_bytes.labels(topic),
+                self._fetched_records.labels(topic), self._fetched_bytes.labels(topic),
+            )  # fmt: skip
+        return children
+
+    def produced(self, topic: str, records: int, nbytes: int) -> None:
+        c = self._topic_children(topic)
+        c[0].inc(records)
+        c[1].inc(nbytes)
+
+    def fetched(self, topic: str, records: int, nbytes: int) -> None:
+        c = self._topic_children(topic)
+        c[2].inc(records)
+        c[3].inc(nbytes)
+
+    def forget_topic(self, topic: str) -> None:
+        """A deleted topic's series end."""
+        if self._topic.pop(topic, None) is not None:
+            for metric in (self._produced_records, self._produced_bytes,
+                           self._fetched_records, self._fetched_bytes):  # fmt: skip
+                with contextlib.suppress(KeyError):
+                    metric.remove(topic)
+
+
+def _gauge(name: str, doc: str, labels: list[str] | None = None) -> GaugeMetricFamily:
+    return GaugeMetricFamily(name, doc, labels=labels)
+
+
+class BrokerCollector:
+    """The metrics computed when scraped (module docstring), from ``services``."""
+
+    def __init__(self, services: BrokerServices, lag: LagMonitor, address: str) -> None:
+        self.services = services
+        self.lag = lag
+        self.address = address  # this broker's (host:port of its first listener)
+        self._ts: dict[tuple[str, int, int], int | None] = {}
+
+    # ------------------------------------------------------------------ partitions
+
+    def _partitions(self) -> list[tuple[str, int, int]]:
+        """(topic, partition, leader) of every partition this broker reports."""
+        s = self.services
+        if s.cluster is None:
+            out = []
+            for topic in s.manager.storage.topics.list():
+                try:
+                    meta = s.manager.topic(topic)
+                except SparkLogError:  # deleted meanwhile
+                    continue
+                out += [(topic, p, s.node_id) for p in range(meta.partitions)]
+            return out
+        return [(t, p, s.node_id) for t, p in list(s.manager.handles)]
+
+    def _view(self, topic: str, partition: int) -> LogView:
+        handle = self.services.manager.handles.get((topic, partition))
+        if handle is not None:
+            return handle.log.view()
+        return self.services.manager.follower_view(topic, partition)
+
+    def _timestamp(self, view: LogView, topic: str, partition: int, offset: int) -> int | None:
+        """The timestamp (ms) of the first record at or after ``offset``."""
+        key = (topic, partition, offset)
+        if key in self._ts:
+            return self._ts[key]
+        ts = None
+        try:
+            for batch in view.batches(offset, None, columns=["offset", "timestamp"]):
+                if batch.num_rows:
+                    ts = int(batch.column("timestamp").cast("int64")[0].as_py())
+                    break
+        except SparkLogError:
+            ts = None
+        if len(self._ts) >= _TS_CACHE:
+            self._ts.clear()
+        self._ts[key] = ts
+        return ts
+
+    # ------------------------------------------------------------------ collect
+
+    def collect(self) -> Iterator[Metric]:
+        s = self.services
+        now_s = time.time()
+        yield from self._brokers()
+        offsets: dict[tuple[str, int], tuple[int, int]] = {}
+        yield from self._topics(offsets)
+        yield from self._groups(offsets, now_s)
+        yield from self._storage()
+        yield from self._jobs()
+        if s.cluster is not None:
+            changes = CounterMetricFamily(
+                "sparklog_leadership_changes", "Partitions this broker took over or gave up"
+            )
+            changes.add_metric([], s.cluster.leadership_changes)
+            yield changes
+            renewals = CounterMetricFamily(
+                "sparklog_lease_renewals", "Refreshes of this broker's etcd lease"
+            )
+            renewals.add_metric([], s.cluster.coord.lease_renewals)
+            yield renewals
+
+    def _brokers(self) -> Iterator[Metric]:
+        s = self.services
+        count = _gauge("kafka_brokers", "Number of Brokers in the Kafka Cluster.")
+        info = _gauge("kafka_broker_info", "Information about the Kafka Broker.",
+                      ["address", "id"])  # fmt: skip
+        if s.cluster is None:
+            brokers = {s.node_id: self.address}
+        else:
+            brokers = {
+                b.node_id: f"{b.host}:{b.port}" for b in list(s.cluster.view.brokers.values())
+            }
+        count.add_metric([], len(brokers))
+        for node, address in sorted(brokers.items()):
+            info.add_metric([address, str(node)], 1)
+        yield count
+        yield info
+
+    def _topics(self, offsets: dict[tuple[str, int], tuple[int, int]]) -> Iterator[Metric]:
+        s = self.services
+        parts = _gauge("kafka_topic_partitions", "Number of partitions for this Topic",
+                       ["topic"])  # fmt: skip
+        current = _gauge(
+            "kafka_topic_partition_current_offset",
+            "Current Offset of a Broker at Topic/Partition",
+            ["topic", "partition"],
+        )
+        oldest = _gauge(
+            "kafka_topic_partition_oldest_offset",
+            "Oldest Offset of a Broker at Topic/Partition",
+            ["topic", "partition"],
+        )
+        leader = _gauge(
+            "kafka_topic_partition_leader",
+            "Leader Broker ID of this Topic/Partition",
+            ["topic", "partition"],
+        )
+        replicas = _gauge(
+            "kafka_topic_partition_replicas",
+            "Number of Replicas for this Topic/Partition",
+            ["topic", "partition"],
+        )
+        isr = _gauge("kafka_topic_partition_in_sync_replica",
+                     "Number of In-Sync Replicas for this Topic/Partition",
+                     ["topic", "partition"])  # fmt: skip
+        counted: set[str] = set()
+        for topic, p, node in self._partitions():
+            try:
+                view = self._view(topic, p)
+            except (SparkLogError, OSError):  # deleted while scraped
+                continue
+            lp = [topic, str(p)]
+            hw, start = view.high_watermark, view.log_start_offset
+            offsets[(topic, p)] = (start, hw)
+            current.add_metric(lp, hw)
+            oldest.add_metric(lp, start)
+            leader.add_metric(lp, node)
+            n = self._replicas(topic, p)
+            replicas.add_metric(lp, n)
+            isr.add_metric(lp, n)  # shared storage: a live replica is in sync by construction
+            if topic not in counted:
+                counted.add(topic)
+                parts.add_metric([topic], s.manager.topic(topic).partitions)
+        yield from (parts, current, oldest, leader, replicas, isr)
+
+    def _replicas(self, topic: str, partition: int) -> int:
+        cluster = self.services.cluster
+        if cluster is None:
+            return 1
+        a = cluster.view.assignments.get((topic, partition))
+        live = cluster.view.brokers
+        return 1 if a is None else max(1, sum(1 for r in a.replicas if r in live))
+
+    def _committed_rows(
+        self, offsets: dict[tuple[str, int], tuple[int, int]]
+    ) -> list[tuple[str, str, int, int, int, int]]:
+        """(group, topic, partition, committed offset, commit ms, log end) of every
+        committed partition of the groups this broker coordinates; each group's commits
+        read before the log ends (module docstring)."""
+        rows = []
+        for group, committed in sorted(list(self.services.offsets.offsets.items())):
+            for (topic, p), c in sorted(dict(committed).items()):
+                start_end = offsets.get((topic, p))
+                if start_end is None:
+                    start_end = self._offsets_of(topic, p)
+                    if start_end is None:
+                        continue
+                    offsets[(topic, p)] = start_end
+                rows.append((group, topic, p, c.offset, c.commit_ms, start_end[1]))
+        return rows
+
+    def sample_lag(self) -> None:
+        """Feed the lag monitor (the broker's maintenance tick; a scrape does it too)."""
+        now_s = time.time()
+        seen = set()
+        for group, topic, p, offset, commit_ms, end in self._committed_rows({}):
+            self.lag.sample((group, topic, p), offset, commit_ms, end, now_s)
+            seen.add((group, topic, p))
+        self.lag.forget(seen)
+
+    def _groups(
+        self, offsets: dict[tuple[str, int], tuple[int, int]], now_s: float
+    ) -> Iterator[Metric]:
+        s = self.services
+        labels = ["consumergroup", "topic", "partition"]
+        cur = _gauge(
+            "kafka_consumergroup_current_offset",
+            "Current Offset of a ConsumerGroup at Topic/Partition",
+            labels,
+        )
+        cur_sum = _gauge("kafka_consumergroup_current_offset_sum",
+                         "Current Offset of a ConsumerGroup at Topic for all partitions",
+                         ["consumergroup", "topic"])  # fmt: skip
+        lag = _gauge(
+            "kafka_consumergroup_lag",
+            "Current Approximate Lag of a ConsumerGroup at Topic/Partition",
+            labels,
+        )
+        lag_sum = _gauge("kafka_consumergroup_lag_sum",
+                         "Current Approximate Lag of a ConsumerGroup at Topic for all partitions",
+                         ["consumergroup", "topic"])  # fmt: skip
+        members = _gauge("kafka_consumergroup_members", "Amount of members in a consumer group",
+                         ["consumergroup"])  # fmt: skip
+        lag_s = _gauge("sparklog_consumergroup_lag_seconds",
+                       "Age of the oldest record a ConsumerGroup has not consumed, at "
+                       "Topic/Partition (0 without lag)", labels)  # fmt: skip
+        status = _gauge("sparklog_consumergroup_partition_status",
+                        "Burrow-style lag status of a ConsumerGroup at Topic/Partition (1 "
+                        "for the current status)", [*labels, "status"])  # fmt: skip
+        group_status = _gauge("sparklog_consumergroup_status",
+                              "Burrow-style lag status of a ConsumerGroup: its worst "
+                              "partition's (1 for the current status)",
+                              ["consumergroup", "status"])  # fmt: skip
+        live = {gid: len(g.members) for gid, g in list(s.coordinator.groups.items())}
+        by_group: dict[str, list[tuple[str, int, int, int, int]]] = {}
+        for group, topic, p, offset, commit_ms, end in self._committed_rows(offsets):
+            by_group.setdefault(group, []).append((topic, p, offset, commit_ms, end))
+        for group, rows in sorted(by_group.items()):
+            sums: dict[str, list[int]] = {}
+            partition_status = []
+            for topic, p, offset, commit_ms, end in rows:
+                lp = [group, topic, str(p)]
+                behind = max(end - offset, 0)
+                cur.add_metric(lp, offset)
+                lag.add_metric(lp, behind)
+                totals = sums.setdefault(topic, [0, 0])
+                totals[0] += offset
+                totals[1] += behind
+                lag_s.add_metric(lp, self._lag_seconds(topic, p, offset, behind, now_s))
+                key = (group, topic, p)
+                self.lag.sample(key, offset, commit_ms, end, now_s)
+                st = self.lag.status(key, now_s)
+                partition_status.append(st)
+                for name in STATUSES:
+                    status.add_metric([*lp, name], 1 if name == st else 0)
+            for topic, (o, behind) in sorted(sums.items()):
+                cur_sum.add_metric([group, topic], o)
+                lag_sum.add_metric([group, topic], behind)
+            members.add_metric([group], live.get(group, 0))
+            g = worst(partition_status)
+            for name in STATUSES:
+                group_status.add_metric([group, name], 1 if name == g else 0)
+        for gid, n in sorted(live.items()):
+            if gid not in by_group and n:  # live members, nothing committed yet
+                members.add_metric([gid], n)
+        yield from (cur, cur_sum, lag, lag_sum, members, lag_s, status, group_status)
+
+    def _lag_seconds(self, topic: str, p: int, offset: int, behind: int, now_s: float) -> float:
+        """How old the first record not consumed is (0 without lag)."""
+        if not behind:
+            return 0.0
+        try:
+            ts = self._timestamp(self._view(topic, p), topic, p, max(offset, 0))
+        except (SparkLogError, OSError):
+            return 0.0
+        return 0.0 if ts is None else max(now_s - ts / 1000, 0.0)
+
+    def _offsets_of(self, topic: str, partition: int) -> tuple[int, int] | None:
+        try:
+            view = self._view(topic, partition)
+        except (SparkLogError, OSError):
+            return None
+        return view.log_start_offset, view.high_watermark
+
+    def _storage(self) -> Iterator[Metric]:
+        s = self.services
+        labels = ["topic", "partition"]
+        segments = _gauge("sparklog_partition_segments", "Live segments of a partition", labels)
+        seg_bytes = _gauge("sparklog_partition_bytes", "Bytes of a partition's live segments",
+                           labels)  # fmt: skip
+        active = _gauge("sparklog_partition_active_segment_bytes",
+                        "Bytes of a led partition's active segment", labels)  # fmt: skip
+        backlog = _gauge("sparklog_partition_unsealed_segments",
+                         "Rolled segments of a partition waiting to be sealed to Parquet",
+                         labels)  # fmt: skip
+        for (topic, p), handle in sorted(list(s.manager.handles.items())):
+            lp = [topic, str(p)]
+            m = handle.log.manifest
+            live = m.segments
+            segments.add_metric(lp, len(live))
+            act = handle.log.active_bytes
+            seg_bytes.add_metric(lp, sum(x.size_bytes for x in live[:-1]) + act)
+            active.add_metric(lp, act)
+            backlog.add_metric(lp, sum(1 for x in live[:-1] if not x.sealed))
+        yield from (segments, seg_bytes, active, backlog)
+        bounds, count, total = durability.SYNC_TIMES.snapshot()
+        doc = "Time of segment fsyncs (group commits and rolls)"
+        fsync = HistogramMetricFamily("sparklog_fsync_duration_seconds", doc)
+        buckets = [(str(b), c) for b, c in bounds] + [("+Inf", count)]
+        fsync.add_metric([], buckets, total)
+        yield fsync
+
+    def _jobs(self) -> Iterator[Metric]:
+        s = self.services
+        labels = ["topic", "job"]
+        last = _gauge(
+            "sparklog_job_last_run_timestamp_seconds",
+            "When the last retention or compaction run on a topic ended",
+            labels,
+        )
+        took = _gauge(
+            "sparklog_job_last_run_duration_seconds",
+            "How long the last retention or compaction run on a topic took",
+            labels,
+        )
+        removed = _gauge("sparklog_job_last_run_removed",
+                         "What the last run on a topic removed (unit: segments, records, "
+                         "bytes)", [*labels, "unit"])  # fmt: skip
+        storage = s.manager.storage
+        topics = {t for t, _, _ in self._partitions()}
+        for topic in sorted(topics):
+            for job in names.JOBS:
+                run = jobruns.last(storage.fs, storage.root, topic, job)
+                if run is None:
+                    continue
+                last.add_metric([topic, job], run.ended_ms / 1000)
+                took.add_metric([topic, job], run.seconds)
+                for unit, value in (("segments", run.segments_removed),
+                                    ("records", run.records_removed),
+                                    ("bytes", run.bytes_removed)):  # fmt: skip
+                    removed.add_metric([topic, job, unit], value)
+        yield from (last, took, removed)
+
+
+def render(metrics: BrokerMetrics) -> bytes:
+    """The text exposition of everything ``metrics`` holds."""
+    return bytes(_generate(metrics.registry))
+
+
+class MetricsServer:
+    """``GET /metrics`` on the broker's event loop; the scrape itself on a worker thread."""
+
+    def __init__(self, metrics: BrokerMetrics) -> None:
+        self.metrics = metrics
+        self._runner: web.AppRunner | None = None
+        self.address: tuple[str, int] = ("", 0)
+
+    async def start(self, host: str, port: int) -> tuple[str, int]:
+        app = web.Application()
+        app.router.add_get("/metrics", self._scrape)
+        app.router.add_get("/", self._root)
+        self._runner = web.AppRunner(app, access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, host, port, backlog=64)
+        await site.start()
+        sock = self._runner.addresses[0]
+        self.address = (str(sock[0]), int(sock[1]))
+        return self.address
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+    async def _root(self, request: web.Request) -> web.StreamResponse:
+        return web.Response(text="sparklog broker: metrics at /metrics\n")
+
+    async def _scrape(self, request: web.Request) -> web.StreamResponse:
+        loop = asyncio.get_running_loop()
+        try:
+            body = await loop.run_in_executor(None, render, self.metrics)
+        except Exception:
+            log.exception("a /metrics scrape failed")
+            return web.Response(status=500, text="scrape failed; see the broker's log\n")
+        return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
