@@ -461,6 +461,30 @@ def _rate(x: float) -> str:
     return f"{x:,.0f}"
 
 
+def _charts_of(
+    *, runs: list[ProduceRun], med_run: ProduceRun, kafka_runs: dict[str, list[ProduceRun]],
+    n: int, repeat: int,
+) -> None:  # fmt: skip
+    """docs/img/produce-throughput.png (records/s, sparklog and each Kafka flavour) and
+    docs/img/produce-latency.png (ack latency distributions of the median runs)."""
+    import _charts
+
+    medians = {"sparklog": med_run}
+    for label, kruns in kafka_runs.items():
+        medians[label] = sorted(kruns, key=lambda x: x.seconds)[len(kruns) // 2]
+    labels = [k.replace("Apache Kafka 4.3.1", "Kafka 4.3.1").replace(", ", "\n")
+              for k in medians]  # fmt: skip
+    colors = [_charts.COLORS["sparklog"]] + [_charts.COLORS["peer"]] * (len(medians) - 1)
+    note = f"{n:,} records of 116 B, acks=all, median of {repeat}; {platform.node()}"
+    print(_charts.bars("produce-throughput.png", "Produce throughput, one confluent-kafka "
+                       "producer", labels, [r.records_per_s for r in medians.values()],
+                       "records/s", colors=colors, note=note))  # fmt: skip
+    print(_charts.cdf("produce-latency.png", "Ack latency at full speed (produce() to "
+                      "delivery report)", {k: [x * 1000 for x in r.latencies]
+                                           for k, r in medians.items()}, "ms",
+                      note=note))  # fmt: skip
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     p.add_argument("--records", type=int, default=None, help="records per run (5,000,000)")
@@ -649,6 +673,7 @@ def main(argv: list[str] | None = None) -> int:
     if profile_text:
         print()
         print(profile_text)
+    _charts_of(runs=runs, med_run=med_run, kafka_runs=kafka_runs, n=n, repeat=repeat)
     print()
     print(
         f"Load average at start {load_start}, at end {load_average()}; "

@@ -220,6 +220,14 @@ def main() -> int:
     print(f"\n{platform.node()} {os.cpu_count()} cores, load {load_average()}, "
           f"{args.records:,} records, median of {args.repeats}")  # fmt: skip
     print(fmt_table(["kind", "seconds", "rows/s", "vs from_avro"], rows))
+    import _charts
+
+    note = f"{args.records:,} Avro records, median of {args.repeats}; {platform.node()}"
+    colors = [_charts.COLORS["other"], _charts.COLORS["sparklog"], _charts.COLORS["sparklog"],
+              _charts.COLORS["peer"]]  # fmt: skip
+    print(_charts.bars("schemas-typed-read.png", "Typed stream read, rows/s (Spark local[2])",
+                       list(kinds), [rate[k] for k in kinds], "rows/s", colors=colors,
+                       note=note))  # fmt: skip
     print(
         f"typed / from_avro: {rate['typed'] / rate['from_avro']:.2f}; "
         f"typed / binary: {rate['typed'] / rate['binary']:.2f}; "

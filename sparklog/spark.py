@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
+import threading
+from collections.abc import Callable, Iterator
 from typing import Any
 
 #: Spark's checkpoint file manager built on the Hadoop ``FileSystem`` API. Spark's default
@@ -58,3 +61,34 @@ def has_jvm_class(spark: Any, name: str) -> bool:
         return True
     except Exception:
         return False
+
+
+@contextlib.contextmanager
+def reporting_progress(
+    spark: Any, say: Callable[[str], None], label: str, every_s: float = 10.0
+) -> Iterator[None]:
+    """While the block runs Spark jobs, say every ``every_s`` seconds how far their
+    running stages are (``label: stage 4: 37/48 tasks (2 running)``), from Spark's status
+    tracker: what a long export or compaction shows between its other lines. A thread
+    asks; nothing is said for a block quicker than ``every_s``."""
+    tracker = spark.sparkContext.statusTracker()
+    stop = threading.Event()
+
+    def report() -> None:
+        while not stop.wait(every_s):
+            parts = []
+            for sid in sorted(tracker.getActiveStageIds() or []):
+                info = tracker.getStageInfo(sid)
+                if info is not None:
+                    parts.append(f"stage {sid}: {info.numCompletedTasks}/{info.numTasks} "
+                                 f"tasks ({info.numActiveTasks} running)")  # fmt: skip
+            if parts:
+                say(f"{label}: " + "; ".join(parts))
+
+    thread = threading.Thread(target=report, name="sparklog-progress", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join(every_s + 5)

@@ -51,6 +51,7 @@ from sparklog.compaction import planner, rewrite
 from sparklog.compaction.planner import CompactionPlan, OutputGroup
 from sparklog.compaction.rewrite import GroupResult, GroupTask, SegmentTask
 from sparklog.errors import CompactionOutputError, SegmentNotLiveError
+from sparklog.spark import reporting_progress
 from sparklog.storage import Storage, crashpoints, jobruns, names, transforms
 from sparklog.storage.lease import compaction_lease
 from sparklog.storage.manifest import Manifest, ManifestStore, SegmentInfo
@@ -470,7 +471,8 @@ def _run(
     sc = spark.sparkContext
     say(f"compaction: finding the last offset of every key in {len(tasks)} segments")
     sc.setJobDescription("sparklog compaction: last offset per key")
-    winners, counts = _find_winners(spark, tasks)
+    with reporting_progress(spark, say, "compaction: last offset per key"):
+        winners, counts = _find_winners(spark, tasks)
     try:
         groups: list[GroupTask] = []
         for job in jobs:
@@ -495,7 +497,8 @@ def _run(
             f"rewriting {len(segs)} segments into {len(groups)}"
         )
         sc.setJobDescription("sparklog compaction: rewrite segments")
-        results = {r.group: r for r in _rewrite(winners, segs, groups, counts)}
+        with reporting_progress(spark, say, "compaction: rewrite"):
+            results = {r.group: r for r in _rewrite(winners, segs, groups, counts)}
     finally:
         winners.unpersist()
         sc.setJobDescription(None)  # type: ignore[arg-type]

@@ -1,8 +1,9 @@
 """The export job: ``./spark-submit.sh export ...`` (``jobs/export.py`` only calls ``main``).
 
 Prints a line per partition as it is planned (offsets, and how many lie in sealed
-segments read by Spark's Parquet reader), a line per micro-batch of an incremental run,
-and a summary. Exit status: 0 done; 1 failed (one line says why); 2 bad arguments.
+segments read by Spark's Parquet reader), a line every 10 s of how far the write's Spark
+stages are (``sparklog.spark.reporting_progress``), a line per micro-batch of an
+incremental run, and a summary. Exit status: 0 done; 1 failed (one line says why); 2 bad arguments.
 """
 
 from __future__ import annotations
@@ -87,7 +88,12 @@ def _export(
         else:
             progress(f"export {r.topic}-{r.partition}: nothing in range")
     df = source.read(spark, opts, ranges)
-    written = sinks.write_once(spark, df, opts, lambda d: source.decode(spark, d, opts, scratch))
+    from sparklog.spark import reporting_progress
+
+    with reporting_progress(spark, progress, f"export {opts.topic}"):
+        written = sinks.write_once(
+            spark, df, opts, lambda d: source.decode(spark, d, opts, scratch)
+        )
     offsets = sum(max(r.count, 0) for r in ranges)
     return ExportResult(written.rows, offsets, 1, time.monotonic() - t0, written.version)
 
