@@ -167,6 +167,7 @@ class BrokerCollector:
         self.lag = lag
         self.address = address  # this broker's (host:port of its first listener)
         self._ts: dict[tuple[str, int, int], int | None] = {}
+        self._sampled_at = 0.0
 
     # ------------------------------------------------------------------ partitions
 
@@ -322,8 +323,12 @@ class BrokerCollector:
         return rows
 
     def sample_lag(self) -> None:
-        """Feed the lag monitor (the broker's maintenance tick; a scrape does it too)."""
+        """Feed the lag monitor (the broker's maintenance tick; a scrape does it too), at
+        most once per sampling interval: reading the log ends is not free."""
         now_s = time.time()
+        if now_s - self._sampled_at < self.lag.interval_s:
+            return
+        self._sampled_at = now_s
         seen = set()
         for group, topic, p, offset, commit_ms, end in self._committed_rows({}):
             self.lag.sample((group, topic, p), offset, commit_ms, end, now_s)

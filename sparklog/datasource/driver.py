@@ -110,7 +110,8 @@ def _read_check(parse: Callable[[dict[str, str]], Any]) -> Callable[..., Any]:
 def _jvm_decoding(spark: Any, o: Any) -> Any:
     """The read's typed columns resolved (reader versions fixed now), with the Avro ones
     planned for the JVM (``decodeIn``: ``sparklog.schemas.spark.jvm_decode`` decodes every
-    live version of the subject up to the reader's); None if no column is decoded there.
+    live version of the subject, each resolved to the reader's); None if no column is
+    decoded there.
     A union reader schema (``jvm_decodable``) is decoded in Python whatever ``decodeIn``
     says."""
     import dataclasses
@@ -133,8 +134,12 @@ def _jvm_decoding(spark: Any, o: Any) -> Any:
                 "org.apache.spark:spark-avro_2.13, on spark.jars; docs/jvm.md)"
             )
         return None
+    source = decoding.source
     fields = tuple(
-        dataclasses.replace(t, jvm_writers=writer_ids(decoding.source, t.subject, t.version))
+        # every live version now, newer than the reader's too (from_avro resolves a newer
+        # writer to an older reader): only schemas registered later are left to Python
+        dataclasses.replace(t, jvm_writers=writer_ids(source, t.subject,
+                                                      source.latest(t.subject).version))
         if t.format == "avro" and jvm_decodable(t) else t
         for t in decoding.fields
     )  # fmt: skip

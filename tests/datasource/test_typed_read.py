@@ -26,6 +26,7 @@ from sparklog.errors import OptionError
 from sparklog.harness import BrokerProcess
 from sparklog.kafka import admin
 from sparklog.kafka.client import KafkaClient
+from sparklog.schemas.spark import avro_in_jvm
 
 from ..schemas.test_codec import ALL_TYPES, V1, V2
 
@@ -91,6 +92,8 @@ def test_an_older_reader_version_drops_newer_fields(
     produce(broker, "old", avro(registry, V2), [{"id": 2, "item": "jam", "qty": 2, "note": None}])
     df = read(spark, broker, "old", valueFormat="avro", valueSchemaVersion="1")
     assert [r["value"] for r in rows(df)] == [{"id": 1, "item": "tea"}, {"id": 2, "item": "jam"}]
+    if avro_in_jvm(spark):
+        assert _plan(df).count("from_avro(") == 2  # version 2 too is decoded in the JVM
 
 
 def test_json_values_from_the_storage_roots_own_schemas(
