@@ -130,7 +130,7 @@ def test_available_now_stops_at_the_backlog_and_picks_up_new_partitions(
 
 
 def test_group_offsets_are_committed_through_the_broker(spark: Any, tmp_path: Path) -> None:
-    broker = BrokerProcess(str(tmp_path / "broker")).start()
+    broker = BrokerProcess(str(tmp_path / "broker"), metrics=True).start()
     try:
         p = Producer({"bootstrap.servers": broker.bootstrap, "acks": "all"})
         for i in range(25):
@@ -144,6 +144,14 @@ def test_group_offsets_are_committed_through_the_broker(spark: Any, tmp_path: Pa
         [tp] = c.committed([TopicPartition("g", 0)], timeout=10)
         c.close()
         assert tp.offset == 25
+        # the query is a consumer group in /metrics too: no live member, its lag kept
+        from ..broker.test_metrics import scrape, value
+
+        m = scrape(broker)
+        labels = {"consumergroup": "spark-q", "topic": "g", "partition": 0}
+        assert value(m, "kafka_consumergroup_current_offset", **labels) == 25
+        assert value(m, "kafka_consumergroup_lag", **labels) == 0
+        assert value(m, "kafka_consumergroup_members", consumergroup="spark-q") == 0
     finally:
         broker.stop()
 
