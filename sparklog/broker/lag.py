@@ -4,7 +4,8 @@ samples, rather than a threshold on one lag figure.
 ``LagMonitor.sample`` records, per (group, topic, partition), the committed offset, the
 time of that commit and the log end offset (the high watermark), at most once per
 ``interval_s``; the last ``window`` samples are kept (in memory: a restarted broker
-starts a new window, and a group's status is OK until it has two samples). ``evaluate``
+starts a new window, and a group's status is OK until it has two samples, but for STOP,
+which one sample shows: it carries the last commit's time). ``evaluate``
 applies these rules, in this order (LinkedIn Burrow's consumer evaluation rules):
 
 1. **OK** if the lag was zero in any sample of the window: the consumer caught up.

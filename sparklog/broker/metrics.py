@@ -75,6 +75,7 @@ disable_created_metrics()  # type: ignore[no-untyped-call]
 REQUEST_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
                    2.5, 5.0, 10.0)  # fmt: skip
 _TS_CACHE = 4096  # (topic, partition, offset) -> record timestamp, for lag in seconds
+_MISSING = object()
 
 
 class BrokerMetrics:
@@ -192,10 +193,14 @@ class BrokerCollector:
         return self.services.manager.follower_view(topic, partition)
 
     def _timestamp(self, view: LogView, topic: str, partition: int, offset: int) -> int | None:
-        """The timestamp (ms) of the first record at or after ``offset``."""
+        """The timestamp (ms) of the first record at or after ``offset`` (or after the log
+        start, if retention removed ``offset``). Scrapes may run at once: the cache is
+        read with ``get``, and a lost entry only costs a read."""
+        offset = max(offset, view.log_start_offset)
         key = (topic, partition, offset)
-        if key in self._ts:
-            return self._ts[key]
+        cached = self._ts.get(key, _MISSING)
+        if cached is not _MISSING:
+            return cached  # type: ignore[return-value]
         ts = None
         try:
             for batch in view.batches(offset, None, columns=["offset", "timestamp"]):
@@ -293,7 +298,8 @@ class BrokerCollector:
             isr.add_metric(lp, n)  # shared storage: a live replica is in sync by construction
             if topic not in counted:
                 counted.add(topic)
-                parts.add_metric([topic], s.manager.topic(topic).partitions)
+                with contextlib.suppress(SparkLogError):  # deleted while scraped
+                    parts.add_metric([topic], s.manager.topic(topic).partitions)
         yield from (parts, current, oldest, leader, replicas, isr)
 
     def _replicas(self, topic: str, partition: int) -> int:

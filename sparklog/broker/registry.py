@@ -67,10 +67,16 @@ class SchemaRegistryService:
     def leads(self) -> bool:
         """Whether this broker may write ``_schemas``: it leads partition 0 (embedded:
         always), at an epoch at which no append of its failed (``change``)."""
-        if self.member is None:
-            return self._failed_epoch is None
         handle = self.manager.handles.get((SCHEMAS_TOPIC, 0))
+        if self.member is None:
+            return handle is None or handle.leader_epoch != self._failed_epoch
         return handle is not None and handle.leader_epoch != self._failed_epoch
+
+    def failed_here(self) -> bool:
+        """Whether this broker leads ``_schemas``-0 at an epoch at which an append failed
+        (``change``): it writes no more until it leads at a newer one, or restarts."""
+        handle = self.manager.handles.get((SCHEMAS_TOPIC, 0))
+        return handle is not None and handle.leader_epoch == self._failed_epoch
 
     def named_leader(self) -> bool:
         """Cluster mode: whether the cluster view names this broker the leader of

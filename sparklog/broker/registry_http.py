@@ -202,6 +202,11 @@ class RegistryApi:
         self._may_change(request, request.match_info.get("subject"))
         if self.service.leads() or await self.service.becoming_leader():
             return _answer(await self.service.change(compute))
+        if self.service.failed_here():
+            raise RegistryUnavailableError(
+                "an append to _schemas failed on this broker (its log says why): it takes no "
+                "more changes until it leads _schemas at a newer epoch or is restarted"
+            )
         if FORWARDED in request.headers or self.service.named_leader():
             # one hop only: two brokers whose views of the leader differ (leadership is
             # moving) must not pass a change back and forth

@@ -38,6 +38,7 @@ import json
 import logging
 import resource
 import signal
+import socket
 import ssl
 import time
 import uuid
@@ -247,6 +248,10 @@ class Broker:
         self._metrics_server = MetricsServer(self.metrics)
         host, port = await self._metrics_server.start(*cfg.metrics_address)
         advertised = cfg.advertised_host or host
+        if advertised in ("0.0.0.0", "::", ""):  # bound to every address: name this host
+            advertised = socket.getfqdn()
+        if ":" in advertised:
+            advertised = f"[{advertised}]"
         self.metrics.url = f"http://{advertised}:{port}/metrics"
         log.info("metrics serving at %s", self.metrics.url)
 

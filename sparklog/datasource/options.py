@@ -159,8 +159,6 @@ def schema_options(
     if decode_in not in DECODE_IN:
         raise OptionError(f"option decodeIn must be one of {', '.join(DECODE_IN)}, got "
                           f"{opts['decodein']!r}")  # fmt: skip
-    if write and "decodein" in opts:
-        raise OptionError("option decodeIn is for reads")
     return SchemaOptions(url, tuple(columns), fail, auto, decode_in, _jvm_plan(opts))
 
 

@@ -76,6 +76,7 @@ def _export(
     spark: SparkSession, opts: ExportOptions, progress: sinks.Say, scratch: list[str]
 ) -> ExportResult:
     t0 = time.monotonic()
+    opts = source.pin_reader_schema(opts)
     if opts.incremental:
         return _incremental(spark, opts, progress, t0, scratch)
     ranges = source.plan(opts)

@@ -21,6 +21,7 @@ records (``PartitionRange.txn_filter``), as ``format("sparklog")`` does on the r
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import json
 from collections.abc import Iterator
@@ -226,6 +227,23 @@ def decode(
             f"--schema: the decoded fields {clash} clash with the Kafka columns of the export"
         )
     return df.select(*keep, parsed.alias("_value")).select(*keep, "_value.*")
+
+
+def pin_reader_schema(opts: ExportOptions) -> ExportOptions:
+    """``--decode registry`` without ``--schema-version``: the subject's latest version
+    now, fixed for the whole export (an incremental one decodes every micro-batch with
+    it, whatever is registered meanwhile)."""
+    if opts.decode != "registry" or opts.schema_version is not None:
+        return opts
+    from sparklog.errors import SchemaRegistryError
+    from sparklog.schemas.source import open_source
+
+    subject = opts.subject or f"{opts.topic}-value"
+    try:
+        latest = open_source(opts.registry_url, opts.data_dir).latest(subject).version
+    except SchemaRegistryError as e:
+        raise ExportUsageError(f"--decode registry: subject {subject!r}: {e}") from None
+    return dataclasses.replace(opts, schema_version=latest)
 
 
 def _decode_registry(spark: SparkSession, df: DataFrame, opts: ExportOptions) -> DataFrame:

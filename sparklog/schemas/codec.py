@@ -409,7 +409,7 @@ class FieldDecoder:
 
             deps = [s for _, s in typed.references]
             self._reader = fastavro.parse_schema(avro_schema(typed.reader, deps))
-        self._writers: dict[int, Any] = {}
+        self._writers: dict[tuple[int, str], Any] = {}
 
     def _writer(self, ref: tuple[str, Any]) -> tuple[RegisteredSchema, Any]:
         """The writer schema a frame names, and its parsed form (Avro; None: the reader)."""
@@ -427,7 +427,8 @@ class FieldDecoder:
             )
         if not self._avro or schema.id == self.typed.reader.id:
             return schema, None
-        parsed = self._writers.get(schema.id)
+        key = (schema.id, schema.guid)  # a registry may answer a GUID without its id
+        parsed = self._writers.get(key)
         if parsed is None:
             import fastavro
 
@@ -435,7 +436,7 @@ class FieldDecoder:
                 parsed = fastavro.parse_schema(avro_schema(schema, self.source.referenced(schema)))
             except InvalidSchemaError as e:
                 raise _Unusable(str(e)) from None
-            self._writers[schema.id] = parsed
+            self._writers[key] = parsed
         return schema, parsed
 
     def decode(self, column: pa.Array, headers: pa.Array | None) -> Decoded:
@@ -500,12 +501,20 @@ class FieldDecoder:
             self._decode_avro(rows.to_pylist(), pc.take(payload, rows).to_pylist(), schema,
                               writer, values, errors, fix=False)  # fmt: skip
             for i in rows.to_pylist():
-                if i not in errors:
+                if i in errors:
+                    continue
+                try:
                     redone[i] = self._encode_reader(values[i])
+                except Exception as e:  # fastavro raises many kinds
+                    errors[i] = (f"schema id {schema.id}: cannot write it again with the "
+                                 f"reader schema: {type(e).__name__}: {e}")  # fmt: skip
         if redone:
-            at = pa.array(list(redone), pa.int64())
+            order = sorted(redone)  # replace_with_mask fills the masked rows in row order
+            at = pa.array(order, pa.int64())
             mask = pc.is_in(pa.array(range(n), pa.int64()), value_set=at)
-            payload = pc.replace_with_mask(payload, mask, pa.array(list(redone.values())))
+            payload = pc.replace_with_mask(
+                payload, mask, pa.array([redone[i] for i in order], pa.binary())
+            )
         which = f.which
         if errors:  # an error row has no schema to decode with
             bad = pa.array(sorted(errors), pa.int64())

@@ -113,9 +113,10 @@ class HttpSchemaSource(_Referencing):
         self.ssl_cafile = ssl_cafile
         self.timeout_s = timeout_s
         self._ids: dict[int, RegisteredSchema] = {}
+        self._guids: dict[str, RegisteredSchema] = {}  # a GUID, like an id, never changes
 
     def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "_ids": {}}
+        return {**self.__dict__, "_ids": {}, "_guids": {}}
 
     def request(self, method: str, path: str, body: Any = None) -> Any:
         """One call of the REST API; a registry error raises its ``SchemaRegistryError``."""
@@ -155,8 +156,11 @@ class HttpSchemaSource(_Referencing):
         return cached
 
     def by_guid(self, guid: str) -> RegisteredSchema:
-        d = self.request("GET", f"schemas/guids/{urllib.parse.quote(guid)}")
-        return _schema(int(d.get("id", -1)), d)
+        cached = self._guids.get(guid)
+        if cached is None:
+            d = self.request("GET", f"schemas/guids/{urllib.parse.quote(guid)}")
+            cached = self._guids[guid] = _schema(int(d.get("id", -1)), d)
+        return cached
 
     def latest(self, subject: str) -> SubjectVersion:
         return self.version(subject, -1)

@@ -280,12 +280,15 @@ DECODED = "__sparklog_decoded"
 
 def jvm_decodable(typed: TypedField) -> bool:
     """Whether the JVM can tell an undecodable payload of ``typed``'s reader apart from a
-    decoded value (``_decoded``): a record, or a type Spark does not make a struct. A
-    reader that is a union (Spark: a struct of members, or a nullable record) is decoded
-    in Python."""
+    decoded value (``_decoded``): a record (its ``DECODED`` field), or a type that is
+    neither a union nor made a struct by Spark (a datum of it is never null). A union
+    reader (a nullable type, or Spark's struct of members) is decoded in Python: a null
+    datum and an undecodable payload would look alike."""
     reader = json.loads(typed.reader.schema)
     if isinstance(reader, dict) and reader.get("type") in ("record", "error"):
         return True
+    if isinstance(reader, list):
+        return False
     return not isinstance(spark_type(typed.node().type), StructType)
 
 
@@ -403,13 +406,20 @@ def from_registry(
     source = open_source(schema_registry_url, storage_path)
     field = "key" if column == "key" else "value"
     typed: TypedField = resolve_field(source, field, "avro", subject, version)
+    if not jvm_decodable(typed):
+        raise OptionError(
+            f"from_registry: version {typed.version} of subject {subject!r} is a union; the "
+            "JVM cannot tell its null from an undecodable record: read it with "
+            'format("sparklog").option("valueFormat", "avro") (decoded in Python)'
+        )
     writers = _writers(source, subject, source.latest(subject).version)
     if not writers:
         raise OptionError(f"subject {subject!r} has no live version")
     df = df.withColumn(_RAW, F.col(column).cast("binary"))
     raw = F.col(_RAW)
     framed = (F.substring(raw, 1, 1) == F.lit(b"\x00")) & (F.length(raw) >= 5)
-    sid = F.when(framed, F.conv(F.hex(F.substring(raw, 2, 4)), 16, 10).cast("int"))
+    # long: an id above 2^31 - 1 (foreign bytes) must not fail an ANSI cast
+    sid = F.when(framed, F.conv(F.hex(F.substring(raw, 2, 4)), 16, 10).cast("long"))
     payload = F.expr(f"substr({_RAW}, 6)")
     known = F.lit(None).cast("int")
     for w in writers:

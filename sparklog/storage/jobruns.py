@@ -5,6 +5,9 @@
      "seconds": 1.25, "partitions": 4, "segments_removed": 3, "records_removed": 12000,
      "bytes_removed": 1234567}
 
+``seconds`` is how long the run took: for retention, its pass over this topic; for
+compaction, the whole run (one Spark job compacts all its topics together).
+
 Written by the job when it ends (``sparklog.compaction``), whatever it removed (zero
 included, so a run that found nothing to do still shows as a run); replaced whole with
 ``FileSystem.write_atomic``, so a reader sees the old report or the new one. Read by the
@@ -16,6 +19,7 @@ on one topic (two schedulers) each write theirs; the last one stays.
 from __future__ import annotations
 
 import json
+import logging
 import time
 from dataclasses import asdict, dataclass
 
@@ -23,6 +27,7 @@ from sparklog.storage import names
 from sparklog.storage.fs import FileSystem
 
 FORMAT = 1
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -43,10 +48,16 @@ class JobRun:
 
 
 def record(fs: FileSystem, root: str, run: JobRun) -> None:
-    """Write ``run`` as its topic's last run of its job."""
-    path = names.job_run_path(root, run.topic, run.job)
-    fs.makedirs(path.rsplit("/", 1)[0])
-    fs.write_atomic(path, run.to_json())
+    """Write ``run`` as its topic's last run of its job. A report: a failure to write it
+    (a topic deleted meanwhile, a full disk) is logged, never the job's failure."""
+    try:
+        if not fs.exists(names.topic_dir(root, run.topic)):
+            return  # deleted while the job ran: no report to keep
+        path = names.job_run_path(root, run.topic, run.job)
+        fs.makedirs(path.rsplit("/", 1)[0])
+        fs.write_atomic(path, run.to_json())
+    except OSError as e:
+        log.warning("cannot record the %s run of %s: %s", run.job, run.topic, e)
 
 
 def last(fs: FileSystem, root: str, topic: str, job: str) -> JobRun | None:

@@ -131,7 +131,7 @@ def test_wrong_typed_write_options_are_refused(spark: Any, broker: BrokerProcess
     df = orders(spark)
     with pytest.raises(OptionError, match="the sparklog sink writes avro, not json"):
         write(df, broker, "w-any", valueFormat="json")
-    with pytest.raises(OptionError, match="option decodeIn is for reads|unknown option"):
+    with pytest.raises(OptionError, match="unknown option"):
         write(df, broker, "w-any", valueFormat="avro", decodeIn="jvm")
     with pytest.raises(OptionError, match="column 'value' must be string or binary"):
         write(df, broker, "w-any")  # a struct without valueFormat=avro

@@ -8,6 +8,7 @@ them.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import decimal
 import io
@@ -325,3 +326,30 @@ def test_recursive_avro_records_are_refused() -> None:
     node = {"type": "record", "name": "L", "fields": [{"name": "next", "type": ["null", "L"]}]}
     with pytest.raises(ValueError, match="recursive"):
         types.avro_node(fastavro.parse_schema(node))
+
+
+def test_framing_for_the_jvm_rewrites_only_unplanned_schemas_row_by_row(
+    registry: SchemasTopic, source: Any
+) -> None:
+    v1 = registry.register("orders-value", V1)
+    v2 = registry.register("orders-value", V2)
+    v3_schema = {**V2, "fields": [*V2["fields"], {"name": "x", "type": "string", "default": ""}]}
+    v3 = registry.register("orders-value", v3_schema)
+    typed = codec.resolve_field(source, "value", "avro", "orders-value", 1)
+    planned = dataclasses.replace(typed, jvm_writers=(v1,))  # v2, v3: registered later
+    rows = [
+        avro(V2, {"id": 0, "item": "a", "qty": 1, "note": None}, v2),
+        avro(V1, {"id": 1, "item": "b"}, v1),
+        avro(v3_schema, {"id": 2, "item": "c", "qty": 1, "note": None, "x": "y"}, v3),
+        avro(V2, {"id": 3, "item": "d", "qty": 1, "note": None}, v2),
+        None,
+    ]
+    f = codec.FieldDecoder(planned, source).frame_for_jvm(pa.array(rows, pa.binary()), None)
+    assert f.errors == {}
+    assert f.schema_ids.to_pylist() == [v2, v1, v3, v2, None]
+    assert f.as_ids.to_pylist() == [v1, v1, v1, v1, None]
+    assert f.payload[1].as_py() == rows[1][5:]  # a planned schema's payload, untouched
+    reader = fastavro.parse_schema(V1)
+    got = [fastavro.schemaless_reader(io.BytesIO(f.payload[i].as_py()), reader)
+           for i in range(4)]  # fmt: skip
+    assert got == [{"id": i, "item": "abcd"[i]} for i in range(4)]  # each in its own row
