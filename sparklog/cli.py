@@ -74,10 +74,29 @@ def _writer_lease(storage: Storage) -> Iterator[None]:
         yield
 
 
+class _Ticker:
+    """Progress of an offline operation over many partitions, on stderr: nothing for the
+    first ``quiet_s`` seconds (most runs), then a line at most every ``every_s``."""
+
+    def __init__(self, label: str, quiet_s: float = 2.0, every_s: float = 2.0) -> None:
+        import time
+
+        self.label, self.every_s, self._clock = label, every_s, time.monotonic
+        self._next = self._clock() + quiet_s
+
+    def __call__(self, done: int, total: int) -> None:
+        now = self._clock()
+        if now >= self._next and done < total:
+            self._next = now + self.every_s
+            print(f"{self.label}: {done:,} of {total:,} partitions", file=sys.stderr, flush=True)
+
+
 def _describe(storage: Storage, name: str) -> dict[str, object]:
     meta = storage.topics.get(name)
     parts = []
+    tick = _Ticker(f"describe {name}")
     for p in range(meta.partitions):
+        tick(p, meta.partitions)
         reader = PartitionReader(storage.fs, storage.root, name, p)
         try:
             view = reader.view()
@@ -158,7 +177,7 @@ def _topics(args: argparse.Namespace) -> int:
         print(f"Altered configs of topic {args.name}.")
     elif args.action == "delete":
         with _writer_lease(storage):
-            storage.topics.delete(args.name)
+            storage.topics.delete(args.name, progress=_Ticker(f"delete {args.name}"))
         print(f"Deleted topic {args.name}.")
     return 0
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -294,7 +294,9 @@ class TopicStore:
             ),
         )
 
-    def delete(self, name: str) -> None:
+    def delete(self, name: str, progress: Callable[[int, int], None] | None = None) -> None:
+        """Delete topic ``name``: its metadata marked deleted first, then its files,
+        partition by partition (``progress(done, partitions)`` after each)."""
         meta = self.get(name)
         self._commit_next(
             meta,
@@ -308,9 +310,17 @@ class TopicStore:
                 explicit=meta.own_configs,
             ),
         )
-        self._remove_dir(name)
+        self._remove_dir(name, meta.partitions, progress)
 
-    def _remove_dir(self, name: str) -> None:
+    def _remove_dir(
+        self, name: str, partitions: int = 0, progress: Callable[[int, int], None] | None = None
+    ) -> None:
+        if progress is not None:  # a large log: one partition at a time, to say how far
+            for p in range(partitions):
+                path = names.partition_dir(self.root, name, p)
+                if self.fs.exists(path):
+                    self.fs.delete_tree(path)
+                progress(p + 1, partitions)
         self.fs.delete_tree(names.topic_dir(self.root, name))
         self.fs.sync_dir(names.topics_dir(self.root))
 

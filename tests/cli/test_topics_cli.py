@@ -125,3 +125,18 @@ def test_alter_changes_and_resets_configs_offline(root: str) -> None:
 def test_a_bootstrap_server_without_a_port_names_the_option() -> None:
     out = run("topics", "list", "--bootstrap-server", "127.0.0.1")
     assert out.returncode == 2 and "--bootstrap-server" in out.stderr and "listen" not in out.stderr
+
+
+def test_long_offline_operations_say_how_far_they_are(capsys: pytest.CaptureFixture[str]) -> None:
+    from sparklog.cli import _Ticker
+
+    tick = _Ticker("delete t", quiet_s=0, every_s=0)
+    for done in range(3):
+        tick(done, 3)
+    tick(3, 3)  # finished: nothing more to say
+    assert capsys.readouterr().err.splitlines() == [
+        "delete t: 0 of 3 partitions", "delete t: 1 of 3 partitions", "delete t: 2 of 3 partitions"
+    ]  # fmt: skip
+    quiet = _Ticker("describe t")  # the first 2 s say nothing: most runs are quicker
+    quiet(1, 3)
+    assert capsys.readouterr().err == ""

@@ -100,6 +100,19 @@ def test_delete_removes_the_topic_and_its_data(fs: LocalFileSystem, root: str) -
     assert fs.listdir(f"{root}/topics") == []
 
 
+def test_delete_says_how_far_it_is_partition_by_partition(fs: LocalFileSystem, root: str) -> None:
+    storage = Storage(root, fs)
+    storage.topics.create("t", 3)
+    for p in range(3):
+        log = storage.open_log("t", p)
+        log.append(records(0, 3))
+        log.close()
+    said: list[tuple[int, int]] = []
+    storage.topics.delete("t", progress=lambda done, total: said.append((done, total)))
+    assert said == [(1, 3), (2, 3), (3, 3)]
+    assert fs.listdir(f"{root}/topics") == []
+
+
 def test_recreated_topic_starts_empty(fs: LocalFileSystem, root: str) -> None:
     storage = Storage(root, fs)
     first = storage.topics.create("t", 1)
