@@ -135,12 +135,13 @@ def test_list_and_describe_lag_with_and_without_members(
     lines = out.splitlines()
     assert lines[0] == f"group {GROUP} (Stable, 2 members)"
     assert lines[1].split("\t") == [
-        "TOPIC", "PARTITION", "COMMITTED", "LOG-END", "LAG", "LAG-SECONDS", "OWNER"
+        "TOPIC", "PARTITION", "COMMITTED", "LOG-END", "LAG", "LAG-SECONDS", "STATUS", "OWNER"
     ]  # fmt: skip
     table = {int(cols[1]): cols for cols in (line.split("\t") for line in lines[2:])}
     for p, n in CONSUMED.items():
-        topic, _p, c, end, lag, secs, owner = table[p]
+        topic, _p, c, end, lag, secs, status, owner = table[p]
         assert (topic, c, end, lag, owner) == (TOPIC, str(n), str(N), str(N - n), expect[p])
+        assert status == "-"  # this broker serves no /metrics: no lag status to show
         assert before - ts[n] / 1000 - 1 <= float(secs) <= after - ts[n] / 1000 + 1
 
     # no reset while the group has members
@@ -286,8 +287,9 @@ def test_describe_json_is_machine_readable(broker: BrokerProcess, seeded: list[i
     rc, out, err = groups(broker, "describe", GROUP, "--json")
     assert rc == 0, err
     doc = json.loads(out)
-    assert set(doc) == {"group", "state", "protocol", "members", "partitions"}
+    assert set(doc) == {"group", "state", "protocol", "members", "partitions", "status"}
     assert {frozenset(r) for r in doc["partitions"]} == {
         frozenset({"topic", "partition", "owner", "committed_offset", "log_end_offset", "lag",
-                   "lag_seconds"})
+                   "lag_seconds", "status"})
     }  # fmt: skip
+    assert doc["status"] is None  # no /metrics on this broker (tests/broker/test_metrics.py)
