@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 CHECKOUT = Path(__file__).resolve().parents[1]
 
@@ -78,3 +79,17 @@ def spark_submit_args() -> list[str]:
 
 if __name__ == "__main__":  # ./spark-submit.sh: one option per line
     print("\n".join(spark_submit_args()))
+
+
+def has_jvm_class(spark: Any, name: str) -> bool:
+    """Whether the session's JVM can load class ``name`` (so whether an optional Spark
+    package, such as spark-avro or delta-spark, is on its classpath). Through Spark's own
+    class loading: jars of ``spark.jars`` are on the context class loader, which
+    ``Class.forName`` from py4j does not consult."""
+    try:
+        jvm = spark.sparkContext._jvm
+        assert jvm is not None
+        jvm.org.apache.spark.util.Utils.classForName(name, True, False)
+        return True
+    except Exception:
+        return False

@@ -49,20 +49,6 @@ def register(spark: Any) -> None:
             pass
 
 
-def has_jvm_class(spark: Any, name: str) -> bool:
-    """Whether the session's JVM can load class ``name`` (so whether an optional Spark
-    package, such as spark-avro or delta-spark, is on its classpath). Through Spark's own
-    class loading: jars of ``spark.jars`` are on the context class loader, which
-    ``Class.forName`` from py4j does not consult."""
-    try:
-        jvm = spark.sparkContext._jvm
-        assert jvm is not None
-        jvm.org.apache.spark.util.Utils.classForName(name, True, False)
-        return True
-    except Exception:
-        return False
-
-
 @contextlib.contextmanager
 def reporting_progress(
     spark: Any, say: Callable[[str], None], label: str, every_s: float = 10.0

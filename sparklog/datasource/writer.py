@@ -105,7 +105,7 @@ from sparklog.datasource.producer import MAX_BATCH_BYTES, PartitionStream, SinkP
 from sparklog.errors import CorruptMetadataError, OptionError, SinkWriteError
 from sparklog.kafka.client import ClientSettings
 from sparklog.kafka.partitioner import murmur2_partition
-from sparklog.schemas.codec import AvroEncoder, AvroEncoding
+from sparklog.schemas.codec import AvroEncoding, avro_encoder
 from sparklog.storage import crashpoints, names
 from sparklog.storage.fs import FileSystem
 from sparklog.storage.store import filesystem_for
@@ -381,7 +381,7 @@ def normalise(
     value = _column(batch, "value")
     assert value is not None  # checked with the schema
     for enc in encodings:
-        encoded = _encoder(enc).encode(_column(batch, enc.field))
+        encoded = avro_encoder(enc).encode(_column(batch, enc.field))
         key, value = (encoded, value) if enc.field == "key" else (key, encoded)
     headers = _column(batch, "headers")
     part = _column(batch, "partition")
@@ -402,19 +402,6 @@ def normalise(
             "headers": pa.nulls(n, _HEADERS) if headers is None else headers.cast(_HEADERS),
         }
     )
-
-
-_ENCODERS: dict[AvroEncoding, AvroEncoder] = {}
-
-
-def _encoder(encoding: AvroEncoding) -> AvroEncoder:
-    """One encoder per schema per Python worker (Spark reuses workers across tasks)."""
-    found = _ENCODERS.get(encoding)
-    if found is None:
-        if len(_ENCODERS) >= 32:
-            _ENCODERS.clear()
-        found = _ENCODERS[encoding] = AvroEncoder(encoding)
-    return found
 
 
 def assign_partitions(table: pa.Table, partitions: int, round_robin_start: int) -> pa.Array:

@@ -68,7 +68,7 @@ class Written:
 
 def has_delta_jars(spark: SparkSession) -> bool:
     """Whether the session can write ``format("delta")`` itself (delta-spark)."""
-    from sparklog.spark import has_jvm_class
+    from sparklog.jars import has_jvm_class
 
     return has_jvm_class(spark, "io.delta.tables.DeltaTable")
 

@@ -247,7 +247,7 @@ def encoding_for(
 def avro_in_jvm(spark: Any) -> bool:
     """Whether ``spark`` has Spark's Avro functions (the spark-avro jar; a Spark Connect
     session has no JVM here, so no)."""
-    from sparklog.spark import has_jvm_class
+    from sparklog.jars import has_jvm_class
 
     return has_jvm_class(spark, "org.apache.spark.sql.avro.AvroDataToCatalyst")
 

@@ -32,6 +32,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 
@@ -64,6 +65,15 @@ class SyncTimes:
             for i, bound in enumerate(SYNC_BUCKETS):
                 if seconds <= bound:
                     self._buckets[i] += 1
+
+    @contextlib.contextmanager
+    def timed(self) -> Iterator[None]:
+        """Observe how long the block takes."""
+        began = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.observe(time.perf_counter() - began)
 
     def snapshot(self) -> tuple[list[tuple[float, int]], int, float]:
         """((bucket bound, cumulative count) per bucket, count, sum)."""

@@ -54,21 +54,12 @@ from sparklog.errors import (
     OffsetOutOfRangeError,
     RecordTooLargeError,
 )
-from sparklog.storage import (
-    checkpoints,
-    crashpoints,
-    durability,
-    gc,
-    names,
-    recovery,
-    transforms,
-    txnindex,
-)
+from sparklog.storage import checkpoints, crashpoints, gc, names, recovery, transforms, txnindex
 from sparklog.storage.active import FILE_HEADER_SIZE, ActiveSegment
 from sparklog.storage.checkpoints import LogPosition
 from sparklog.storage.config import TopicConfig
 from sparklog.storage.control import CONTROL, TRANSACTIONAL
-from sparklog.storage.durability import GroupCommit
+from sparklog.storage.durability import SYNC_TIMES, GroupCommit
 from sparklog.storage.fs import FileSystem
 from sparklog.storage.manifest import Manifest, ManifestStore, SegmentInfo
 from sparklog.storage.producers import ProducerBatch, ProducerStates, write_snapshot
@@ -388,9 +379,8 @@ class PartitionLog(SealingMixin):
         since a roll needs the token, and appends go on during the fsync."""
         seg = self._active
         size, next_offset = seg.end
-        began = time.perf_counter()
-        seg.sync()
-        durability.SYNC_TIMES.observe(time.perf_counter() - began)
+        with SYNC_TIMES.timed():
+            seg.sync()
         if self._fence is not None:
             self._fence()  # raises once another broker leads: nothing becomes visible
         upto = LogPosition(seg.base_offset, size, next_offset)

@@ -14,6 +14,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 import sparklog.spark
 from sparklog.datasource.options import stream_options
 from sparklog.errors import OptionError
+from sparklog.jars import has_jvm_class
 from sparklog.storage import Storage
 from sparklog.storage.records import make_records
 
@@ -462,5 +463,5 @@ def test_the_local_checkpoint_file_manager_is_the_one_spark_defaults_conf_names(
     )
     name = sparklog.spark.LOCAL_CHECKPOINT_FILE_MANAGER
     assert settings[sparklog.spark.CHECKPOINT_FILE_MANAGER_CONF].strip() == name
-    assert sparklog.spark.has_jvm_class(spark, name)  # still where this pyspark keeps it
+    assert has_jvm_class(spark, name)  # still where this pyspark keeps it
     assert spark.conf.get(sparklog.spark.CHECKPOINT_FILE_MANAGER_CONF) == name
