@@ -25,6 +25,18 @@ def path_for(name: str) -> str:
     return os.path.normpath(os.path.join(IMG_DIR, name))
 
 
+def _finish(plt, fig, ax, name: str, title: str, note: str) -> str:  # type: ignore[no-untyped-def]
+    """Title, the run's note at the bottom, written to ``docs/img/<name>``; the path."""
+    ax.set_title(title, fontsize=10)
+    if note:
+        fig.text(0.01, 0.01, note, fontsize=7, color="#555555")
+    fig.tight_layout(rect=(0, 0.04 if note else 0, 1, 1))
+    out = path_for(name)
+    fig.savefig(out)
+    plt.close(fig)
+    return out
+
+
 def bars(
     name: str, title: str, labels: Sequence[str], values: Sequence[float], ylabel: str,
     *, colors: Sequence[str] | None = None, note: str = "",
@@ -36,16 +48,9 @@ def bars(
     for b, v in zip(bars_, values, strict=True):
         ax.annotate(f"{v:,.0f}", (b.get_x() + b.get_width() / 2, b.get_height()),
                     ha="center", va="bottom", fontsize=8)  # fmt: skip
-    ax.set_title(title, fontsize=10)
     ax.set_ylabel(ylabel)
     ax.tick_params(axis="x", labelsize=8)
-    if note:
-        fig.text(0.01, 0.01, note, fontsize=7, color="#555555")
-    fig.tight_layout(rect=(0, 0.04 if note else 0, 1, 1))
-    out = path_for(name)
-    fig.savefig(out)
-    plt.close(fig)
-    return out
+    return _finish(plt, fig, ax, name, title, note)
 
 
 def cdf(
@@ -63,16 +68,9 @@ def cdf(
     ax.set_xscale("log")
     ax.set_xlabel(xlabel)
     ax.set_ylabel("fraction")
-    ax.set_title(title, fontsize=10)
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8)
-    if note:
-        fig.text(0.01, 0.01, note, fontsize=7, color="#555555")
-    fig.tight_layout(rect=(0, 0.04 if note else 0, 1, 1))
-    out = path_for(name)
-    fig.savefig(out)
-    plt.close(fig)
-    return out
+    return _finish(plt, fig, ax, name, title, note)
 
 
 def timeline(
@@ -90,13 +88,6 @@ def timeline(
                     ha="left", va="top", rotation=90)  # fmt: skip
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
-    ax.set_title(title, fontsize=10)
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=8)
-    if note:
-        fig.text(0.01, 0.01, note, fontsize=7, color="#555555")
-    fig.tight_layout(rect=(0, 0.04 if note else 0, 1, 1))
-    out = path_for(name)
-    fig.savefig(out)
-    plt.close(fig)
-    return out
+    return _finish(plt, fig, ax, name, title, note)
