@@ -7,12 +7,20 @@ rules, in order:
 
 1. With no live broker nothing changes (the partitions are offline until one returns).
 2. A partition without an assignment, or whose leader is not live, goes to the live
-   broker leading the fewest partitions (ties: the lowest node id).
-3. Then, while the most loaded live broker leads two or more partitions more than the
-   least loaded, one partition moves from the former to the latter: preferably one whose
-   first replica (its preferred leader) is the latter, else the last in (topic,
-   partition) order. So leaders are spread evenly, and a broker that joins (or comes
-   back) takes its share - its own preferred partitions first.
+   broker leading the fewest partitions of its topic (ties: the fewest in all, then the
+   lowest node id).
+3. Then, for each topic, while one live broker leads two or more of its partitions more
+   than another, one moves from the former to the latter: preferably one whose first
+   replica (its preferred leader) is the latter, else the last in partition order.
+4. Then, while the most loaded live broker leads two or more partitions more than the
+   least loaded, one partition moves from the former to the latter, of a topic the former
+   leads more of than the latter (so each topic stays within one), chosen as in rule 3.
+
+So every topic's leaders are spread evenly, and the totals too, and a broker that joins
+(or comes back) takes its share - its own preferred partitions first. Balancing the totals
+alone is not enough: the internal topics (16 partitions, created when the first broker
+starts, alone) would leave a user topic's partitions all on whichever broker led the
+fewest internal ones.
 
 Replicas: the data is on shared storage, so every broker can serve a partition's reads;
 ``replicas`` (up to ``REPLICAS``) starts with the preferred leader (where the partition
@@ -26,6 +34,7 @@ etcd value of ``partitions/<topic>/<partition>``: ``{"leader", "leader_epoch",
 
 from __future__ import annotations
 
+import bisect
 import json
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -50,6 +59,40 @@ class Assignment:
         return cls(int(d["leader"]), int(d["leader_epoch"]), tuple(int(r) for r in d["replicas"]))
 
 
+class _Spread:
+    """Who leads what while ``plan`` works: leaders, and the counts per broker in all and
+    per topic."""
+
+    def __init__(self, brokers: list[int], current: dict[Partition, Assignment]) -> None:
+        self.current = current
+        self.leader: dict[Partition, int] = {}
+        self.led: dict[int, list[Partition]] = {b: [] for b in brokers}
+        self.total = dict.fromkeys(brokers, 0)
+        self.per_topic: dict[tuple[str, int], int] = {}
+
+    def of(self, topic: str, broker: int) -> int:
+        return self.per_topic.get((topic, broker), 0)
+
+    def lead(self, p: Partition, broker: int) -> None:
+        old = self.leader.get(p)
+        if old is not None:
+            self.led[old].remove(p)
+            self.total[old] -= 1
+            self.per_topic[(p[0], old)] -= 1
+        self.leader[p] = broker
+        bisect.insort(self.led[broker], p)
+        self.total[broker] += 1
+        self.per_topic[(p[0], broker)] = self.of(p[0], broker) + 1
+
+    def move(self, candidates: list[Partition], to: int) -> None:
+        """Moves one of ``candidates`` (in (topic, partition) order) to ``to``: the first
+        whose preferred leader ``to`` is, else the last."""
+        mine = [
+            p for p in candidates if p in self.current and self.current[p].replicas[:1] == (to,)
+        ]
+        self.lead(mine[0] if mine else candidates[-1], to)
+
+
 def _replicas(leader: int, live: list[int]) -> tuple[int, ...]:
     at = live.index(leader)
     return tuple((live[at:] + live[:at])[: min(REPLICAS, len(live))])
@@ -63,27 +106,30 @@ def plan(
     parts = sorted(set(partitions))
     if not brokers:
         return {}
-    leader = {p: current[p].leader for p in parts if p in current}
-    load = {b: 0 for b in brokers}
-    for p in parts:
-        if leader.get(p) in load:
-            load[leader[p]] += 1
+    spread = _Spread(brokers, current)
+    for p in parts:  # keeps its live leader
+        if p in current and current[p].leader in spread.total:
+            spread.lead(p, current[p].leader)
     for p in parts:  # rule 2: unassigned, or led by a broker that is gone
-        if leader.get(p) not in load:
-            target = min(brokers, key=lambda b: (load[b], b))
-            leader[p] = target
-            load[target] += 1
-    while True:  # rule 3: spread evenly
-        most = max(brokers, key=lambda b: (load[b], -b))
-        least = min(brokers, key=lambda b: (load[b], b))
-        if load[most] - load[least] < 2:
+        if p not in spread.leader:
+            spread.lead(p, min(brokers, key=lambda b: (spread.of(p[0], b), spread.total[b], b)))
+    for topic in sorted({t for t, _ in parts}):  # rule 3: each topic spread evenly
+        while True:
+            src = max(brokers, key=lambda b: (spread.of(topic, b), spread.total[b], b))
+            dst = min(brokers, key=lambda b: (spread.of(topic, b), spread.total[b], b))
+            if spread.of(topic, src) - spread.of(topic, dst) < 2:
+                break
+            spread.move([p for p in spread.led[src] if p[0] == topic], dst)
+    while True:  # rule 4: the totals spread evenly, each topic staying so
+        src = max(brokers, key=lambda b: (spread.total[b], -b))
+        dst = min(brokers, key=lambda b: (spread.total[b], b))
+        if spread.total[src] - spread.total[dst] < 2:
             break
-        led = [p for p in parts if leader[p] == most]
-        preferred = [p for p in led if p in current and current[p].replicas[:1] == (least,)]
-        move = preferred[0] if preferred else led[-1]
-        leader[move] = least
-        load[most] -= 1
-        load[least] += 1
+        # such a partition exists: the totals differ, so some topic's counts do, and by
+        # one (rule 3), so the move leaves that topic within one too
+        led = [p for p in spread.led[src] if spread.of(p[0], src) > spread.of(p[0], dst)]
+        spread.move(led, dst)
+    leader = spread.leader
     changes = {}
     for p in parts:
         old = current.get(p)

@@ -49,6 +49,29 @@ def test_a_broker_that_returns_takes_its_preferred_partitions_back() -> None:
     assert all(after[p].replicas[0] == 2 for p in back)  # its own, preferred ones
 
 
+def test_a_topic_created_after_the_internal_ones_is_spread_over_every_broker() -> None:
+    # the first broker starts alone and creates the internal topics; the others join; then
+    # a user topic is created: the totals alone would put all of it on one broker
+    internal = parts(8, "__consumer_offsets") + parts(8, "__transaction_state")
+    a = plan(internal, [1], {})
+    a = apply(a, plan(internal, [1, 2], a))
+    a = apply(a, plan(internal, [1, 2, 3], a))
+    everything = internal + parts(4, "events")
+    a = apply(a, plan(everything, [1, 2, 3], a))
+    events = Counter(a[p].leader for p in parts(4, "events"))
+    assert sorted(events.values()) == [1, 1, 2]
+    assert sorted(loads(a).values()) == [6, 7, 7]
+
+
+def test_a_returning_broker_takes_back_a_share_of_every_topic() -> None:
+    everything = parts(8, "__consumer_offsets") + parts(1, "_schemas") + parts(4, "events")
+    a = plan(everything, [1, 2, 3], {})
+    a = apply(a, plan(everything, [2, 3], a))
+    back = plan(everything, [1, 2, 3], a)
+    assert {p[0] for p in back} == {"__consumer_offsets", "events"}
+    assert all(x.leader == 1 and x.replicas[0] == 1 for x in back.values())
+
+
 def test_nothing_changes_without_live_brokers_or_when_balanced() -> None:
     a = plan(parts(4), [1, 2], {})
     assert plan(parts(4), [], a) == {}
@@ -62,21 +85,26 @@ def test_assignments_round_trip_as_json() -> None:
 
 @settings(max_examples=300, deadline=None)
 @given(
-    st.integers(1, 40),
+    st.lists(st.integers(1, 20), min_size=1, max_size=4),
     st.lists(st.sets(st.integers(1, 6), min_size=0, max_size=6), min_size=1, max_size=6),
 )
 def test_any_sequence_of_membership_changes_keeps_the_invariants(
-    n: int, memberships: list[set[int]]
+    sizes: list[int], memberships: list[set[int]]
 ) -> None:
+    every = [p for i, n in enumerate(sizes) for p in parts(n, f"t{i}")]
     current: dict = {}
-    for live in memberships:
-        changes = plan(parts(n), live, current)
+    for step, live in enumerate(memberships):
+        topics = every if step else every[: sizes[0]]  # the first topic is there alone first
+        changes = plan(topics, live, current)
         for p, x in changes.items():  # every change bumps the epoch
             assert x.leader_epoch == (current[p].leader_epoch + 1 if p in current else 0)
             assert x.leader in x.replicas
         current = apply(current, changes)
         if live:
-            assert all(current[p].leader in live for p in parts(n))  # no partition on a dead one
+            assert all(current[p].leader in live for p in topics)  # no partition on a dead one
             counts = [loads(current).get(b, 0) for b in live]
             assert max(counts) - min(counts) <= 1  # spread evenly
-            assert plan(parts(n), live, current) == {}  # stable: nothing more to move
+            for i in range(len(sizes) if step else 1):  # and each topic too
+                of = Counter(current[p].leader for p in parts(sizes[i], f"t{i}"))
+                assert max(of.get(b, 0) for b in live) - min(of.get(b, 0) for b in live) <= 1
+            assert plan(topics, live, current) == {}  # stable: nothing more to move
