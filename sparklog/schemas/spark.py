@@ -342,13 +342,16 @@ def _settle(df: DataFrame, column: str, decoded: Column, record: bool, tried: Co
     got = F.col(column)
     failed = tried & (got[DECODED].isNull() if record else got.isNull())
     value = got.dropFields(DECODED) if record else got
+    # neither branch casts a null to the value's type: Spark 4.2 refuses a cast to TIME
+    # (Avro's time-micros) while spark.sql.timeType.enabled is off, as it is by default
     if fail:
-        return df.withColumn(column, F.when(failed, F.raise_error(why)).otherwise(value))
+        ok = F.when(failed, F.raise_error(why)).otherwise(F.lit(True))
+        return df.withColumn(column, F.when(ok, value))
     reason = F.when(failed, why)
     if errors is not None:
         reason = F.coalesce(errors, reason)
     df = df.withColumn(f"{column}DecodeError", reason)
-    return df.withColumn(column, F.when(failed, F.lit(None)).otherwise(value))
+    return df.withColumn(column, F.when(~failed, value))
 
 
 def jvm_decode(df: DataFrame, decoding: Decoding) -> DataFrame:

@@ -243,6 +243,29 @@ def test_jvm_decoding_agrees_with_the_python_decoder(
         assert rows(other) == rows(python)
 
 
+TIMES = {
+    "type": "record", "name": "Times", "fields": [
+        {"name": "tmu", "type": {"type": "long", "logicalType": "time-micros"}},
+        {"name": "lts", "type": {"type": "long", "logicalType": "local-timestamp-micros"}},
+        {"name": "ltm", "type": {"type": "long", "logicalType": "local-timestamp-millis"}},
+    ],
+}  # fmt: skip
+
+
+@pytest.mark.jvm
+def test_times_and_local_timestamps_agree_with_sparks_from_avro(
+    spark: Any, broker: BrokerProcess, registry: SchemaRegistryClient
+) -> None:
+    record = {"tmu": datetime.time(7, 8, 9, 123456),
+              "lts": datetime.datetime(2024, 5, 6, 7, 8, 9, 123456),
+              "ltm": datetime.datetime(2024, 5, 6, 7, 8, 9, 123000)}  # fmt: skip
+    produce(broker, "times", avro(registry, TIMES), [record])
+    python = read(spark, broker, "times", valueFormat="avro", decodeIn="python")
+    jvm = read(spark, broker, "times", valueFormat="avro", decodeIn="jvm")
+    assert jvm.schema == python.schema
+    assert [r["value"] for r in rows(jvm)] == [r["value"] for r in rows(python)] == [record]
+
+
 def _plan(df: Any) -> str:
     return str(df._jdf.queryExecution().executedPlan().toString())
 
