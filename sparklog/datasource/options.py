@@ -7,6 +7,8 @@ Typed keys and values (``schema_options``, reads and writes; docs/schemas-spark.
   ``json`` (registry-framed: a schema id before the payload or in a header);
 - ``schemaRegistryUrl``: a Confluent-compatible registry (``http[s]://[user:password@]host:
   port``); without it, schemas are read from the storage root's own ``_schemas`` topic;
+- ``schemaRegistryCaFile``: the CA bundle (PEM) an https registry is verified with
+  (default: the system's; writes: else the sink's ``kafka.ssl`` trust store);
 - ``valueSubject`` / ``keySubject``: the subject of the reader (writer) schema; default
   ``<topic>-value`` / ``<topic>-key`` (TopicNameStrategy), which needs a single topic;
 - ``valueSchemaVersion`` / ``keySchemaVersion``: the reader schema's version (default: the
@@ -30,6 +32,7 @@ JVM's decoding plan to the source with it (``jvm_plan``).
 from __future__ import annotations
 
 import json
+import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -68,13 +71,13 @@ JVM_PLAN_OPTION = "_sparklog.jvm"
 #: the typed-column options of writes (lower-cased)
 WRITE_SCHEMA_OPTIONS = {
     "valueformat", "keyformat", "schemaregistryurl", "valuesubject", "keysubject",
-    "valueschemaversion", "keyschemaversion", "autoregisterschemas",
+    "valueschemaversion", "keyschemaversion", "autoregisterschemas", "schemaregistrycafile",
 }  # fmt: skip
 #: the typed-column options of reads (lower-cased)
 SCHEMA_OPTIONS = {
     "valueformat", "keyformat", "schemaregistryurl", "valuesubject", "keysubject",
     "valueschemaversion", "keyschemaversion", "failondecodeerror", "decodein",
-    JVM_PLAN_OPTION,
+    "schemaregistrycafile", JVM_PLAN_OPTION,
 }  # fmt: skip
 
 
@@ -102,6 +105,8 @@ class SchemaOptions:
     #: ``JVM_PLAN_OPTION``: per field decoded in the JVM, its reader version and the ids
     #: of the writer schemas the plan decodes
     jvm_plan: Mapping[str, tuple[int, tuple[int, ...]]] | None = None
+    #: ``schemaRegistryCaFile``: the CA bundle (PEM) an https ``url`` is verified with
+    ca_file: str | None = None
 
 
 def schema_options(
@@ -150,7 +155,7 @@ def schema_options(
     auto = _bool("autoRegisterSchemas", opts.get("autoregisterschemas", "false"))
     if not columns:
         given = [n for n in ("schemaRegistryUrl", "failOnDecodeError", "autoRegisterSchemas",
-                             "decodeIn") if n.lower() in opts]  # fmt: skip
+                             "decodeIn", "schemaRegistryCaFile") if n.lower() in opts]  # fmt: skip
         if given:
             raise OptionError(f"option {given[0]} needs valueFormat or keyFormat avro or json")
         return None
@@ -159,7 +164,13 @@ def schema_options(
     if decode_in not in DECODE_IN:
         raise OptionError(f"option decodeIn must be one of {', '.join(DECODE_IN)}, got "
                           f"{opts['decodein']!r}")  # fmt: skip
-    return SchemaOptions(url, tuple(columns), fail, auto, decode_in, _jvm_plan(opts))
+    ca_file = opts.get("schemaregistrycafile", "").strip() or None
+    if ca_file is not None:
+        if (url is None and not write) or (url and not url.lower().startswith("https://")):
+            raise OptionError("option schemaRegistryCaFile needs an https:// schemaRegistryUrl")
+        if not os.path.isfile(ca_file):
+            raise OptionError(f"option schemaRegistryCaFile: no such file {ca_file!r}")
+    return SchemaOptions(url, tuple(columns), fail, auto, decode_in, _jvm_plan(opts), ca_file)
 
 
 def jvm_plan_option(plan: Mapping[str, tuple[int, tuple[int, ...]]]) -> str:

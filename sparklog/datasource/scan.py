@@ -79,7 +79,7 @@ def decoding_for(schemas: SchemaOptions | None, path: str) -> Decoding | None:
     framed for the JVM (``TypedField.jvm_writers``)."""
     if schemas is None:
         return None
-    source = open_source(schemas.url, path)
+    source = open_source(schemas.url, path, ssl_cafile=schemas.ca_file)
     plan = schemas.jvm_plan or {}
     fields = []
     for c in schemas.columns:

@@ -258,7 +258,7 @@ def _encodings(
             )
         if client.sasl_username and client.sasl_password is not None:
             auth = f"{client.sasl_username}:{client.sasl_password}"
-    source = HttpSchemaSource(url, basic_auth=auth, ssl_cafile=client.ssl_cafile)
+    source = HttpSchemaSource(url, basic_auth=auth, ssl_cafile=schemas.ca_file or client.ssl_cafile)
     types = {f.name.lower(): f.dataType for f in schema.fields}
     for c in schemas.columns:
         if c.field not in types:

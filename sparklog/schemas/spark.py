@@ -397,16 +397,18 @@ def from_registry(
     subject: str,
     version: int | None = None,
     fail_on_error: bool = True,
+    schema_registry_ca_file: str | None = None,
 ) -> DataFrame:
     """``df`` with ``column`` (binary, registry-framed Avro) decoded in the JVM into the
     Spark type of version ``version`` (None: the latest now) of ``subject``, and
     ``<column>SchemaId`` (int) added; with ``fail_on_error=False``, undecodable records
     are null and ``<column>DecodeError`` says why. Schemas come from the registry at
     ``schema_registry_url``, or from the ``_schemas`` topic of the storage root
-    ``storage_path``. See the module docstring."""
+    ``storage_path``; an https registry is verified with ``schema_registry_ca_file``
+    (default: the system's CAs). See the module docstring."""
     from pyspark.sql import functions as F
 
-    source = open_source(schema_registry_url, storage_path)
+    source = open_source(schema_registry_url, storage_path, ssl_cafile=schema_registry_ca_file)
     field = "key" if column == "key" else "value"
     typed: TypedField = resolve_field(source, field, "avro", subject, version)
     if not jvm_decodable(typed):
