@@ -4,14 +4,16 @@
     [--data-dir DIR] [--starting-offsets earliest|latest|JSON | --starting-timestamp MS]
     [--ending-offsets latest|JSON] [--incremental --checkpoint PATH]
     [--decode avro --schema FILE | --decode json --schema DDL
-     | --decode registry [--subject S] [--schema-version N] [--schema-registry-url URL]]
+     | --decode registry [--subject S] [--schema-version N] [--schema-registry-url URL
+                         [--schema-registry-ca-file PEM]]]
     [--upsert] [--reader native|python]
 
 ``--decode registry``: values framed by a schema registry (Confluent's wire format, as
 confluent-kafka's serializers and the sparklog sink write them) decoded with the schemas
 of ``--subject`` (default ``<topic>-value``), version ``--schema-version`` (default: the
 latest when the export starts) as the reader schema, from the registry at
-``--schema-registry-url`` or, by default, the storage root's own ``_schemas`` topic.
+``--schema-registry-url`` or, by default, the storage root's own ``_schemas`` topic; an
+https registry is verified with ``--schema-registry-ca-file`` (default: the system's CAs).
 """
 
 from __future__ import annotations
@@ -49,6 +51,7 @@ class ExportOptions:
     subject: str | None = None
     schema_version: int | None = None
     registry_url: str | None = None
+    registry_ca_file: str | None = None
 
     def source_options(self) -> dict[str, str]:
         """The ``format("sparklog")`` options these arguments mean."""
@@ -93,6 +96,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--schema-registry-url", metavar="URL",
                    help="--decode registry: the registry (default: the storage root's "
                         "_schemas topic)")  # fmt: skip
+    p.add_argument("--schema-registry-ca-file", metavar="PEM",
+                   help="--decode registry: the CA bundle an https registry is verified "
+                        "with (default: the system's)")  # fmt: skip
     p.add_argument("--upsert", action="store_true",
                    help="delta only: one row per key, tombstones delete it")  # fmt: skip
     p.add_argument("--include-headers", action="store_true",
@@ -126,10 +132,18 @@ def parse(argv: Sequence[str] | None = None) -> ExportOptions:
                                    "--schema")  # fmt: skip
         if a.schema_version is not None and a.schema_version < 1:
             raise ExportUsageError("--schema-version must be a version >= 1")
+        if a.schema_registry_ca_file is not None:
+            url = a.schema_registry_url or ""
+            if not url.lower().startswith("https://"):
+                raise ExportUsageError("--schema-registry-ca-file needs an https:// "
+                                       "--schema-registry-url")  # fmt: skip
+            if not os.path.isfile(a.schema_registry_ca_file):
+                raise ExportUsageError(f"--schema-registry-ca-file: no such file "
+                                       f"{a.schema_registry_ca_file!r}")  # fmt: skip
     else:
         if (a.decode is None) != (a.schema is None):
             raise ExportUsageError("--decode and --schema go together")
-        for flag in ("subject", "schema_version", "schema_registry_url"):
+        for flag in ("subject", "schema_version", "schema_registry_url", "schema_registry_ca_file"):
             if getattr(a, flag) is not None:
                 name = "--" + flag.replace("_", "-")
                 raise ExportUsageError(f"{name} is for --decode registry")
@@ -165,4 +179,5 @@ def parse(argv: Sequence[str] | None = None) -> ExportOptions:
         subject=a.subject,
         schema_version=a.schema_version,
         registry_url=a.schema_registry_url,
+        registry_ca_file=a.schema_registry_ca_file,
     )

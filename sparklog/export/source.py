@@ -240,7 +240,8 @@ def pin_reader_schema(opts: ExportOptions) -> ExportOptions:
 
     subject = opts.subject or f"{opts.topic}-value"
     try:
-        latest = open_source(opts.registry_url, opts.data_dir).latest(subject).version
+        source = open_source(opts.registry_url, opts.data_dir, ssl_cafile=opts.registry_ca_file)
+        latest = source.latest(subject).version
     except SchemaRegistryError as e:
         raise ExportUsageError(f"--decode registry: subject {subject!r}: {e}") from None
     return dataclasses.replace(opts, schema_version=latest)
@@ -265,7 +266,8 @@ def _decode_registry(spark: SparkSession, df: DataFrame, opts: ExportOptions) ->
     try:
         df = from_registry(df, "value", schema_registry_url=opts.registry_url,
                            storage_path=opts.data_dir, subject=subject,
-                           version=opts.schema_version)  # fmt: skip
+                           version=opts.schema_version,
+                           schema_registry_ca_file=opts.registry_ca_file)  # fmt: skip
     except (OptionError, SchemaRegistryError) as e:
         raise ExportUsageError(f"--decode registry: {e}") from None
     if not opts.include_headers:

@@ -1,4 +1,4 @@
-"""Typed reads and writes against an https Schema Registry (the broker's, with a
+"""Typed reads, writes and exports against an https Schema Registry (the broker's, with a
 certificate from a test CA): verified with ``schemaRegistryCaFile``, refused with a clear
 error without it."""
 
@@ -18,10 +18,11 @@ from sparklog.errors import OptionError
 from sparklog.harness import BrokerProcess
 from sparklog.schemas.spark import from_registry
 
+from ..export.test_export import run
 from ..schemas.test_codec import V1
 from .test_typed_read import avro, produce, read, rows
 
-pytestmark = pytest.mark.spark
+pytestmark = [pytest.mark.spark, pytest.mark.jvm]
 
 
 @dataclass
@@ -102,6 +103,16 @@ def test_a_typed_write_registers_through_an_https_registry(
     assert tls.client().get_latest_version("tls-written-value").version == 1
     got = read(spark, tls.broker, "tls-written", valueFormat="avro")  # from storage
     assert [r["value"] for r in rows(got)] == [{"id": 2, "item": "jam"}]
+
+
+def test_an_export_verifies_an_https_registry_with_the_ca_file(
+    spark: Any, tls: TlsRegistry, tmp_path: Path
+) -> None:
+    produce(tls.broker, "t", avro(tls.client(), V1), [{"id": 3, "item": "pie"}])
+    out = str(tmp_path / "out")
+    run(spark, tls.broker.data_dir, out, "--format", "parquet", "--decode", "registry",
+        "--schema-registry-url", tls.url, "--schema-registry-ca-file", tls.cafile)  # fmt: skip
+    assert [(r["id"], r["item"]) for r in spark.read.parquet(out).collect()] == [(3, "pie")]
 
 
 @pytest.mark.parametrize(

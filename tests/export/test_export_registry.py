@@ -85,6 +85,25 @@ def test_an_undecodable_record_fails_the_export_naming_it(spark: Any, tmp_path: 
         (["--decode", "registry", "--schema", "x.avsc"], "not --schema"),
         (["--decode", "avro", "--schema", "x", "--subject", "s"], "--subject is for"),
         (["--decode", "registry", "--schema-version", "0"], "a version >= 1"),
+        (
+            ["--decode", "registry", "--schema-registry-ca-file", __file__],
+            "needs an https:// --schema-registry-url",
+        ),
+        (
+            [
+                "--decode",
+                "registry",
+                "--schema-registry-url",
+                "https://h:1",
+                "--schema-registry-ca-file",
+                "/nonexistent.pem",
+            ],
+            "no such file",
+        ),
+        (
+            ["--decode", "avro", "--schema", "x", "--schema-registry-ca-file", __file__],
+            "--schema-registry-ca-file is for",
+        ),
     ],
 )
 def test_wrong_registry_options_are_refused(args: list[str], message: str) -> None:
