@@ -87,6 +87,7 @@ class PartitionManager:
                 meta = self.storage.topics.get(name)
             except UnknownTopicError:
                 del self._topics[name]
+                self._forget_readers(name)
                 gone += [k for k in self.handles if k[0] == name]
                 continue
             if meta.version != known.version or meta.config != known.config:
@@ -159,8 +160,15 @@ class PartitionManager:
             if handle is not None:
                 self.notify(handle)
                 handle.log.close()
+        self._forget_readers(name)
         self.storage.topics.delete(name)
         del self._topics[name]
+
+    def _forget_readers(self, topic: str) -> None:
+        """Drop the follower readers of a deleted topic (their open sealed segments would
+        keep descriptors on deleted files)."""
+        for key in [k for k in self._readers if k[0] == topic]:
+            del self._readers[key]
 
     def alter_configs(
         self,
@@ -281,7 +289,7 @@ class PartitionManager:
             loop.call_soon_threadsafe(self.notify, handle)
 
     def append(self, handle: PartitionHandle, batch: DecodedBatch) -> AppendResult:
-        """Append one decoded produce batch (not yet durable)."""
+        """Append one decoded produce batch (not yet durable), its codec kept for Fetch."""
         producer = None
         if batch.producer_id >= 0:
             producer = ProducerBatch(
@@ -291,7 +299,7 @@ class PartitionManager:
                 batch.count,
                 transactional=batch.transactional,
             )
-        return handle.log.append(batch.records, producer=producer, durable=False)
+        return handle.log.append(batch.records, producer=producer, durable=False, codec=batch.codec)
 
     async def wait_durable(self, handle: PartitionHandle, next_offset: int) -> None:
         """Return once every offset of the partition below ``next_offset`` is fsynced."""

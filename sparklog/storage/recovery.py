@@ -145,7 +145,9 @@ def recover(
         info = SegmentInfo(
             names.segment_name(0, kind=names.ACTIVE_KIND), 0, None, created_ms=now_ms
         )
-        ActiveSegment.create(fs, path, 0, config.index_interval_bytes)
+        # only the file: ActiveSegment.open below opens it (an unclosed segment here held
+        # three descriptors per new partition for the life of the process)
+        ActiveSegment.create(fs, path, 0, config.index_interval_bytes).close()
         manifest = store.create_initial(Manifest(0, 0, (info,)))
     _delete_orphans(fs, path, store, manifest, report)
     active, truncated = ActiveSegment.open(

@@ -3,9 +3,12 @@ and the CLI's --bootstrap-server path."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import subprocess
 import sys
+import time
 
 import pytest
 from confluent_kafka import Producer
@@ -126,3 +129,46 @@ def test_sigterm_with_clients_connected_logs_no_error(broker: BrokerProcess) -> 
         for c in consumers:
             c.close()
     assert not [ln for ln in broker.lines if " ERROR " in ln or "Traceback" in ln], broker.lines
+
+
+def _descriptors(pid: int) -> list[str]:
+    """Where each open file descriptor of process ``pid`` points."""
+    out = []
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        with contextlib.suppress(FileNotFoundError):  # closed while listing
+            out.append(os.readlink(f"/proc/{pid}/fd/{fd}"))
+    return out
+
+
+def _partition_descriptors(pid: int, data_dir: str, topic: str) -> list[str]:
+    prefix = os.path.join(os.path.realpath(data_dir), "topics", topic) + os.sep
+    return [t for t in _descriptors(pid) if t.startswith(prefix)]
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="needs /proc")
+def test_deleted_topics_leave_no_open_files(broker: BrokerProcess) -> None:
+    """Topics created, written and deleted leave no descriptor on a deleted file, and a
+    live partition holds a bounded number of descriptors (docs/ARCHITECTURE.md)."""
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    topics = [f"t{i}" for i in range(10)]
+    for f in admin.create_topics([NewTopic(t, 3, 1) for t in topics]).values():
+        f.result(30)
+    p = Producer({"bootstrap.servers": broker.bootstrap, "acks": "all", "linger.ms": 1})
+    for t in topics:
+        for part in range(3):
+            p.produce(t, value=b"x", partition=part)
+    assert p.flush(30) == 0
+    live = _partition_descriptors(broker.pid, broker.data_dir, "t0")
+    assert 0 < len(live) <= 3 * 3, live  # 3 partitions: active segment and its two indexes
+    for f in admin.delete_topics(topics).values():
+        f.result(30)
+    deadline = time.monotonic() + 30
+    while True:
+        deleted = [t for t in _descriptors(broker.pid) if t.endswith(" (deleted)")]
+        if not deleted or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    assert deleted == []
+    assert _partition_descriptors(broker.pid, broker.data_dir, "t0") == []
