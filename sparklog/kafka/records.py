@@ -8,8 +8,12 @@ decodes them into an Arrow batch of the storage input columns: with ``sparklog._
 into Arrow buffers (no Python object per record: 0.02 us a record against 0.9 through
 per-record objects), or, for a batch with headers or where the C decoder is not built,
 with aiokafka's C-accelerated ``DefaultRecordBatch``. Both accept the same batches (a
-differential fuzz test holds them to it). Fetch: ``encode_batches`` turns stored Arrow
-batches back into record batches with aiokafka's ``DefaultRecordBatchBuilder``.
+differential fuzz test holds them to it); the batch's codec is kept with its records
+(``DecodedBatch.codec``, stored in the attributes' codec bits). Fetch: ``encode_batches``
+turns stored Arrow batches back into record batches (``sparklog._columns`` or aiokafka's
+``DefaultRecordBatchBuilder``), each compressed with the codec its producer used or the
+one the topic's ``compression.type`` names, through aiokafka's codec (cramjam) at Kafka's
+default levels.
 ``build_batch`` builds one batch from records given as ``(offset delta, timestamp ms, key,
 value, headers)``.
 Refusals raise a ``sparklog.errors.BatchError`` subclass, one per Kafka error.
@@ -35,6 +39,7 @@ import cramjam
 import crc32c
 import pyarrow as pa
 import pyarrow.compute as pc
+from aiokafka.codec import gzip_encode, lz4_encode, snappy_encode, zstd_encode
 from aiokafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
 
 from sparklog.errors import (
@@ -59,7 +64,11 @@ CODEC_MASK = 0x07
 TIMESTAMP_TYPE_BIT = 0x08
 TRANSACTIONAL_BIT = 0x10
 CONTROL_BIT = 0x20
-CODECS = {"uncompressed": 0, "producer": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
+#: ``encode_batches``: serve each stored batch in the codec its producer used
+PRODUCER_CODEC = -1
+#: ``compression.type`` -> the codec ``encode_batches`` serves
+CODECS = {"uncompressed": 0, "producer": PRODUCER_CODEC, "gzip": 1, "snappy": 2, "lz4": 3,
+          "zstd": 4}  # fmt: skip
 #: ``(offset delta, timestamp ms, key, value, headers)``: one record for ``build_batch``
 Record = tuple[int, int, bytes | None, bytes | None, Sequence[tuple[str, bytes | None]]]
 
@@ -67,7 +76,8 @@ Record = tuple[int, int, bytes | None, bytes | None, Sequence[tuple[str, bytes |
 @dataclass(frozen=True)
 class DecodedBatch:
     """One produce batch as Arrow columns (timestamp, key, value, headers) plus its
-    idempotence identity (producer id -1: none), which the log stamps on the records."""
+    idempotence identity (producer id -1: none), which the log stamps on the records, and
+    the codec it came compressed with (0: none), which the log keeps with them."""
 
     records: pa.RecordBatch
     producer_id: int
@@ -78,6 +88,7 @@ class DecodedBatch:
     timestamp_type: int
     wire_bytes: int
     transactional: bool = False
+    codec: int = 0
 
 
 def split_batches(data: bytes | memoryview) -> list[memoryview]:
@@ -279,6 +290,7 @@ def decode_batch(raw: memoryview, *, max_decompressed: int) -> DecodedBatch:
         ts_type,
         len(raw),
         transactional,
+        codec,
     )
 
 
@@ -359,6 +371,24 @@ def _encode_native(
 #: the batch header before the CRC (baseOffset .. crc) and after it (attributes .. count)
 _HEAD = struct.Struct(">qiibI")
 _TAIL = struct.Struct(">hiqqqhii")
+#: aiokafka's codec (cramjam) at the levels Kafka's broker compresses with by default
+#: (KIP-390); snappy in xerial framing, as Kafka's Java compression writes it
+_COMPRESS: dict[int, Callable[[bytes], bytes]] = {
+    1: lambda d: gzip_encode(d, compresslevel=6),
+    2: snappy_encode,
+    3: lz4_encode,
+    4: zstd_encode,
+}
+
+
+def _compressed(batch: bytes, codec: int) -> bytes:
+    """An uncompressed record batch with its records compressed with ``codec``: its
+    length, codec bits and CRC rewritten, the rest of its header kept."""
+    records = _COMPRESS[codec](batch[HEADER_SIZE:])
+    base, _length, epoch, magic, _crc = _HEAD.unpack_from(batch, 0)
+    (attributes,) = struct.unpack_from(">h", batch, _CRC_START)
+    tail = struct.pack(">h", attributes | codec) + batch[_CRC_START + 2 : HEADER_SIZE] + records
+    return _HEAD.pack(base, len(tail) + 9, epoch, magic, crc32c.crc32c(tail)) + tail
 
 
 def _runs(batch: pa.RecordBatch) -> list[pa.RecordBatch]:
@@ -384,12 +414,14 @@ def _runs(batch: pa.RecordBatch) -> list[pa.RecordBatch]:
 
 
 def encode_batches(
-    batches: Iterable[pa.RecordBatch], *, codec: int = 0, max_records: int = 4096
+    batches: Iterable[pa.RecordBatch], *, codec: int = PRODUCER_CODEC, max_records: int = 4096
 ) -> bytes:
     """Stored Arrow batches as Kafka record batches of at most ``max_records`` records,
-    one producer and one set of attribute bits each (``_runs``): uncompressed and
-    headerless ones by ``sparklog._columns`` (no Python object per record), the others
-    record by record through aiokafka's builder."""
+    one producer and one set of attribute bits each (``_runs``): their records written by
+    ``sparklog._columns`` (no Python object per record) or, with headers, record by record
+    through aiokafka's builder, then compressed with ``codec``; ``PRODUCER_CODEC`` (Kafka's
+    ``compression.type=producer``) compresses each with the codec its producer used (the
+    stored attributes' codec bits; none for records stored before the bits existed)."""
     out = bytearray()
     for batch in (run for b in batches for run in _runs(b)):
         n = batch.num_rows
@@ -402,12 +434,15 @@ def encode_batches(
         epoch = batch.column("producer_epoch")[0].as_py()
         seq0 = batch.column("sequence")[0].as_py()
         flags = batch.column("attributes")[0].as_py() if "attributes" in batch.schema.names else 0
-        if _columns is not None and not codec and not has_headers:
+        out_codec = flags & CODEC_MASK if codec == PRODUCER_CODEC else codec
+        flags &= TRANSACTIONAL_BIT | CONTROL_BIT
+        if _columns is not None and not has_headers:
             for start in range(0, n, max_records):
                 seq = seq0 if start == 0 else -1
-                out += _encode_native(batch, start, min(n, start + max_records),
+                data = _encode_native(batch, start, min(n, start + max_records),
                                       producer=(pid, epoch, seq),
                                       log_append_time=log_append_time, flags=flags)  # fmt: skip
+                out += _compressed(data, out_codec) if out_codec else data
             continue
         offsets = batch.column("offset").to_pylist()
         ts = batch.column("timestamp").cast(pa.int64()).to_pylist()
@@ -425,14 +460,14 @@ def encode_batches(
                 (offsets[i] - base, ts[i], keys[i], values[i], headers[i] if headers else [])
                 for i in range(start, stop)
             )
-            out += build_batch(
+            data = build_batch(
                 rows,
                 base_offset=base,
                 producer_id=pid,
                 producer_epoch=epoch,
                 base_sequence=seq0 if start == 0 else -1,
-                codec=codec,
                 log_append_time=log_append_time,
                 attributes=flags,
             )
+            out += _compressed(data, out_codec) if out_codec else data
     return bytes(out)

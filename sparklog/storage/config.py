@@ -2,8 +2,9 @@
 
 Values arrive as strings (as in Kafka's CreateTopics and the CLI) or as Python values;
 ``TopicConfig.from_mapping`` validates every one and rejects unknown names.
-``compression.type`` applies to record batches served to Kafka consumers; sealed segments
-are always zstd Parquet and the active segment holds uncompressed Arrow.
+``compression.type`` applies to record batches served to Kafka consumers (``producer``: in
+the codec each batch was produced with, kept in the records' attribute bits); sealed
+segments are always zstd Parquet and the active segment holds uncompressed Arrow.
 """
 
 from __future__ import annotations

@@ -234,12 +234,13 @@ class PartitionLog(SealingMixin):
         *,
         producer: ProducerBatch | None = None,
         durable: bool = True,
+        codec: int = 0,
     ) -> AppendResult:
         """Append ``records`` (see ``sparklog.storage.records``); with ``durable`` return only
         once they are fsynced and visible to readers. ``producer``: the batch of an
         idempotent producer, checked first (a retry of a recent batch is answered with its
         original offsets and not written; the producer errors of ``sparklog.errors`` refuse
-        the others)."""
+        the others). ``codec``: the Kafka codec the records were produced with, kept."""
         now = self._now_ms()
         rolled = False
         with self._lock:
@@ -264,13 +265,8 @@ class PartitionLog(SealingMixin):
                 self._roll_locked(now)
                 rolled = True
             base = self._active.next_offset
-            batch = normalize(
-                records,
-                base_offset=base,
-                now_ms=now,
-                log_append_time=self.config.log_append_time,
-                producer=producer,
-            )
+            batch = normalize(records, base_offset=base, now_ms=now, producer=producer,
+                              log_append_time=self.config.log_append_time, codec=codec)  # fmt: skip
             size = payload_bytes(batch)
             if size > self.config.max_message_bytes:
                 raise RecordTooLargeError(

@@ -65,7 +65,13 @@ from sparklog.errors import (
     UnknownProducerError,
 )
 from sparklog.storage import names
-from sparklog.storage.control import CONTROL, CONTROL_COMMIT, TRANSACTIONAL, control_type
+from sparklog.storage.control import (
+    CONTROL,
+    CONTROL_COMMIT,
+    TRANSACTIONAL,
+    any_transactional,
+    control_type,
+)
 from sparklog.storage.fs import FileSystem
 
 log = logging.getLogger(__name__)
@@ -254,7 +260,7 @@ class ProducerStates:
         of one producer and epoch become batches; transactional records open transactions
         and control records close them."""
         for batch in batches:
-            if "attributes" in batch.schema.names and pc.max(batch.column("attributes")).as_py():
+            if "attributes" in batch.schema.names and any_transactional(batch.column("attributes")):
                 self._replay_transactional(batch)
                 continue
             pids = batch.column("producer_id")

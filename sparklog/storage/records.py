@@ -12,13 +12,22 @@ Row schema (Arrow), identical in active (Arrow IPC) and sealed (Parquet) segment
     producer_epoch  int16 not null        -1 when not idempotent
     sequence        int32 not null        the record's sequence number, -1 when none
     attributes      int8 not null         Kafka's batch attribute bits that describe a
-                                          record: 0x10 transactional, 0x20 control
+                                          record: 0x07 the codec of its produced batch,
+                                          0x10 transactional, 0x20 control
 
 ``append`` takes a batch with any subset of the columns other than ``offset``, the
 producer columns and ``attributes`` (missing ones get defaults); the log adds the offsets,
 and stamps the producer columns (and the transactional bit) from the batch's idempotence
 identity (``ProducerBatch``) when it has one: the producer state, with its transactions, is
 rebuilt from exactly these columns (``sparklog.storage.producers``).
+
+The **codec bits** (``attributes & 0x07``, Kafka's codes: 0 none, 1 gzip, 2 snappy, 3 lz4,
+4 zstd) record how the producer compressed the batch the record came in (``append``'s
+``codec``; the records themselves are always stored uncompressed), so that Fetch can serve
+it in that codec again, as Kafka does with ``compression.type=producer``. Every record of
+a produced batch carries the same bits, so batch boundaries keep them (a sealed row group
+stores such a constant run in a few bytes). Records written before the bits existed have
+0: uncompressed.
 
 A **control record** (``control_record``) is a transaction marker, as in Kafka: attributes
 0x30, the producer's id and epoch, sequence -1, key ``version i16 (=0) | type i16`` (0
@@ -42,6 +51,7 @@ import pyarrow.compute as pc
 
 from sparklog.errors import InvalidRecordsError
 from sparklog.storage.control import (
+    CODEC_MASK,
     CONTROL_ABORT,
     CONTROL_COMMIT,
     TRANSACTIONAL,
@@ -153,13 +163,17 @@ def normalize(
     now_ms: int,
     log_append_time: bool,
     producer: ProducerBatch | None = None,
+    codec: int = 0,
 ) -> pa.RecordBatch:
     """Check ``batch`` against the input columns and return a full ``RECORD_SCHEMA`` batch.
 
     Offsets are ``base_offset`` onwards; timestamps default to ``now_ms`` (and are
     overwritten with it, type LogAppendTime, when the topic says so); the producer columns
-    are ``producer``'s (-1 without one).
+    are ``producer``'s (-1 without one); ``codec`` (Kafka's code of the codec the batch was
+    produced with) goes to the attributes' codec bits.
     """
+    if codec & ~CODEC_MASK:
+        raise ValueError(f"codec {codec} is not a Kafka compression codec (0-{CODEC_MASK})")
     if isinstance(batch, pa.Table):
         batch = batch.combine_chunks().to_batches()[0] if batch.num_rows else None
         if batch is None:
@@ -188,7 +202,7 @@ def normalize(
             arrays.append(_constant(LOG_APPEND_TIME, pa.int8(), n))
             continue
         if name == "attributes":
-            bits = TRANSACTIONAL if producer is not None and producer.transactional else 0
+            bits = codec | (TRANSACTIONAL if producer is not None and producer.transactional else 0)
             arrays.append(_constant(bits, pa.int8(), n))
             continue
         if producer is not None and name in PRODUCER_COLUMNS:

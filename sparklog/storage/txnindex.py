@@ -28,7 +28,7 @@ import pyarrow.compute as pc
 
 from sparklog.errors import CorruptMetadataError
 from sparklog.storage import names
-from sparklog.storage.control import CONTROL
+from sparklog.storage.control import CONTROL, any_transactional
 from sparklog.storage.fs import FileSystem
 from sparklog.storage.producers import AbortedTxn
 
@@ -118,7 +118,7 @@ def visible(batch: pa.RecordBatch, txn: TxnIndex, *, committed: bool) -> pa.Reco
     if "attributes" not in batch.schema.names or not batch.num_rows:
         return batch
     attrs = batch.column("attributes")
-    if not pc.max(attrs).as_py():
+    if not any_transactional(attrs):
         return batch
     keep = pc.equal(pc.bit_wise_and(attrs, pa.scalar(CONTROL, pa.int8())), 0)
     if committed and txn.aborted:

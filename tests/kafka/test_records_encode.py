@@ -78,3 +78,51 @@ def test_the_c_encoder_writes_what_aiokafkas_builder_writes(
     assert [(r.offset, r.key, r.value) for r in read] == list(
         zip(*(batch.column(c).to_pylist() for c in ("offset", "key", "value")), strict=True)
     )
+
+
+# ---------------------------------------------------------------------------- codecs
+
+PRODUCED = [
+    (i, 1_700_000_000_000 + i, b"k%d" % i, b"compressible value " * 8, []) for i in range(50)
+]
+
+
+def _stored_as_produced(codec: int, *, headers: bool = False) -> pa.RecordBatch:
+    """What the broker stores for a batch produced with ``codec``: decoded, then normalised
+    with the codec the log keeps."""
+    rows = [(d, ts, k, v, [("h", b"x")] if headers else []) for d, ts, k, v, _ in PRODUCED]
+    decoded = R.decode_batch(memoryview(R.build_batch(rows, codec=codec)), max_decompressed=1 << 20)
+    assert decoded.codec == codec
+    return normalize(decoded.records, base_offset=100, now_ms=0, log_append_time=False,
+                     codec=decoded.codec)  # fmt: skip
+
+
+def _served(data: bytes) -> list[tuple[int, list[tuple[int, bytes | None, bytes | None]]]]:
+    """(codec bits, records) of each record batch as a consumer reads it."""
+    out = []
+    for view in split_batches(data):
+        recs = [(r.offset, r.key, r.value) for r in DefaultRecordBatch(bytes(view))]
+        out.append((view[22] & R.CODEC_MASK, recs))
+    return out
+
+
+@pytest.mark.parametrize("headers", [False, True], ids=["native", "with-headers"])
+@pytest.mark.parametrize("codec", [1, 2, 3, 4], ids=["gzip", "snappy", "lz4", "zstd"])
+def test_a_batch_is_served_in_the_codec_it_was_produced_with(codec: int, headers: bool) -> None:
+    data = encode_batches([_stored_as_produced(codec, headers=headers)])
+    expected = [(100 + d, k, v) for d, _ts, k, v, _h in PRODUCED]
+    assert _served(data) == [(codec, expected)]
+    assert len(data) < len(encode_batches([_stored_as_produced(0, headers=headers)])) / 3
+
+
+def test_a_fixed_compression_type_serves_every_batch_in_its_codec() -> None:
+    stored = [_stored_as_produced(2), _stored_as_produced(0)]
+    served = _served(encode_batches(stored, codec=R.CODECS["zstd"]))
+    assert [codec for codec, _ in served] == [4, 4]
+    assert [codec for codec, _ in _served(encode_batches(stored, codec=0))] == [0, 0]
+
+
+def test_records_stored_without_codec_bits_are_served_uncompressed() -> None:
+    batch = stored([(b"k", b"v", 0, 1)] * 3, append_time=False, producer=True)
+    assert batch.column("attributes").to_pylist() == [0, 0, 0]  # as in segments from before
+    assert [codec for codec, _ in _served(encode_batches([batch]))] == [0]

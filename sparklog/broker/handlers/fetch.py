@@ -1,5 +1,7 @@
 """Fetch: read stored Arrow batches up to the high watermark and encode them as Kafka
-record batches; long-poll (``max_wait``/``min_bytes``) woken by group commits.
+record batches, compressed as the topic's ``compression.type`` says (``producer``: each in
+the codec it was produced with); long-poll (``max_wait``/``min_bytes``) woken by group
+commits.
 
 Cluster mode: a broker that does not lead a partition serves its fetches from storage as a
 follower (KIP-392), up to the leader's high watermark (the checkpoint of the manifest's
