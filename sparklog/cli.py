@@ -17,6 +17,8 @@
         (see ``sparklog.cli_security``)
 
     sparklog cluster describe --etcd HOST:PORT[,...] [--cluster NAME] [--json]
+        [--etcd-ca-file F] [--etcd-cert-file F --etcd-key-file F]
+        [--etcd-user U [--etcd-password-file F]]
     sparklog scheduler --data-dir DIR [--spark-args "ARGS"] [--min-interval S]
         [--max-interval S] [--max-jobs N] [--spark-submit PATH]
 
@@ -307,6 +309,11 @@ def _broker(args: argparse.Namespace) -> int:
         listen=args.listen,
         node_id=args.node_id,
         etcd=args.etcd,
+        etcd_ca_file=args.etcd_ca_file,
+        etcd_cert_file=args.etcd_cert_file,
+        etcd_key_file=args.etcd_key_file,
+        etcd_user=args.etcd_user,
+        etcd_password_file=args.etcd_password_file,
         lease_ttl_ms=args.lease_ttl_ms,
         cluster_name=args.cluster,
         rack=args.rack,
@@ -337,9 +344,15 @@ def _cluster(args: argparse.Namespace) -> int:
 
     from sparklog.cluster.controller import describe
     from sparklog.cluster.coordination import Coordination
+    from sparklog.cluster.etcd import EtcdSettings
+
+    etcd = EtcdSettings.from_options(
+        args.etcd, ca_file=args.etcd_ca_file, cert_file=args.etcd_cert_file,
+        key_file=args.etcd_key_file, user=args.etcd_user, password_file=args.etcd_password_file,
+    )  # fmt: skip
 
     async def run() -> dict[str, object]:
-        coord = Coordination(args.etcd, cluster=args.cluster)
+        coord = Coordination(etcd, cluster=args.cluster)
         try:
             return await describe(coord)
         finally:
@@ -364,6 +377,19 @@ def _cluster(args: argparse.Namespace) -> int:
         print(f"{p['topic']:<24} {p['partition']:>9} {p['leader']:>6} {p['leader_epoch']:>5}  "
               f"{replicas}{offline}")  # fmt: skip
     return 0
+
+
+def _add_etcd_arguments(p: argparse.ArgumentParser) -> None:
+    """TLS and authentication towards etcd (docs/cluster.md, "Securing etcd"); the TOML
+    keys have the same names (``etcd_ca_file``...)."""
+    p.add_argument("--etcd-ca-file", metavar="FILE", help="trust etcd's certificate by this CA")
+    p.add_argument("--etcd-cert-file", metavar="FILE", help="client certificate (mutual TLS)")
+    p.add_argument("--etcd-key-file", metavar="FILE", help="its private key")
+    p.add_argument("--etcd-user", help="etcd user (authentication)")
+    p.add_argument(
+        "--etcd-password-file", metavar="FILE",
+        help="a file holding the etcd user's password (default: $SPARKLOG_ETCD_PASSWORD)",
+    )  # fmt: skip
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -433,6 +459,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--etcd", metavar="HOST:PORT[,HOST:PORT...]",
         help="cluster mode: the etcd endpoints (every broker over one shared --data-dir)",
     )  # fmt: skip
+    _add_etcd_arguments(start)
     start.add_argument("--lease-ttl-ms", type=int, help="cluster mode: etcd lease TTL (3000)")
     start.add_argument("--cluster", help="cluster mode: the cluster's name in etcd (default)")
     start.add_argument("--rack", help="cluster mode: this broker's rack")
@@ -449,6 +476,7 @@ def build_parser() -> argparse.ArgumentParser:
     csub = cluster.add_subparsers(dest="action", required=True)
     cdesc = csub.add_parser("describe", help="live brokers, the controller, partition leaders")
     cdesc.add_argument("--etcd", required=True, metavar="HOST:PORT[,HOST:PORT...]")
+    _add_etcd_arguments(cdesc)
     cdesc.add_argument("--cluster", default="default", help="the cluster's name in etcd")
     cdesc.add_argument("--json", action="store_true", help="print JSON")
     cdesc.set_defaults(func=_cluster)
@@ -471,6 +499,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    import os
+
+    # gRPC (under the etcd client) logs a refused TLS handshake at INFO on stderr, beside
+    # the one line reporting it; ERROR is its documented default
+    os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
     parser = build_parser()
     args = parser.parse_args(argv)
     try:

@@ -116,6 +116,20 @@ class UnknownLeaderEpochError(SparkLogError):
     """A request named a leader epoch newer than this broker knows (KIP-320)."""
 
 
+class CoordinationError(SparkLogError):
+    """etcd could not be reached, or refused what a broker asked (a clear message says)."""
+
+
+class NodeIdTakenError(CoordinationError):
+    """Another process holds this node id's registration (or its previous incarnation's
+    lease has not expired yet)."""
+
+
+class EtcdAccessError(CoordinationError):
+    """etcd refused this client: TLS certificates not trusted either way, a wrong user or
+    password, or no permission on the cluster's keys; retrying cannot cure it."""
+
+
 # ---------------------------------------------------------------------------- produced records
 
 

@@ -22,7 +22,12 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from sparklog.cluster.etcd import EtcdSettings
 
 LISTENING = re.compile(r"listening on (\S+?):(\d+)")
 ENDPOINT = re.compile(r"([A-Z_]+)://(\S+?):(\d+)")
@@ -210,18 +215,38 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+@dataclass(frozen=True)
+class EtcdServerTls:
+    """etcd's own TLS: its certificate and key (``--cert-file``, ``--key-file``) and, with
+    ``client_cert_auth``, the CA its clients' certificates must chain to
+    (``--trusted-ca-file --client-cert-auth``)."""
+
+    cert_file: str
+    key_file: str
+    ca_file: str
+    client_cert_auth: bool = True
+
+
 class EtcdCluster:
     """``members`` etcd servers (Debian's ``etcd-server``, ``etcd`` on the PATH) on loopback
     in one cluster, each with its data dir under ``work_dir``: the coordination service of
     cluster mode in the tests, benchmarks and the cluster demo.
 
-    ``endpoints`` is the ``HOST:PORT,...`` list brokers take (``--etcd``). ``stop_member(i)``
-    SIGKILLs one member and ``start_member(i)`` brings it back on its ports and data dir, so
-    a test can take a minority (or the quorum) down. The children die with their parent.
+    ``endpoints`` is the ``HOST:PORT,...`` list brokers take (``--etcd``; ``https://`` on
+    each with ``tls``). ``stop_member(i)`` SIGKILLs one member and ``start_member(i)``
+    brings it back on its ports and data dir, so a test can take a minority (or the quorum)
+    down. The children die with their parent. ``auth_token_ttl_s``: etcd's
+    ``--auth-token-ttl`` (how long an unused auth token lives); ``enable_auth`` adds users
+    and turns authentication on.
     """
 
-    def __init__(self, work_dir: str, members: int = 1) -> None:
+    def __init__(
+        self, work_dir: str, members: int = 1, *, tls: EtcdServerTls | None = None,
+        auth_token_ttl_s: int | None = None,
+    ) -> None:  # fmt: skip
         self.work_dir = Path(work_dir)
+        self.tls = tls
+        self.auth_token_ttl_s = auth_token_ttl_s
         self.client_ports = [_free_port() for _ in range(members)]
         self.peer_ports = [_free_port() for _ in range(members)]
         self.procs: list[subprocess.Popen[bytes] | None] = [None] * members
@@ -229,14 +254,24 @@ class EtcdCluster:
 
     @property
     def endpoints(self) -> str:
-        return ",".join(f"127.0.0.1:{p}" for p in self.client_ports)
+        scheme = "https://" if self.tls else ""
+        return ",".join(f"{scheme}127.0.0.1:{p}" for p in self.client_ports)
 
     def _cmd(self, i: int) -> list[str]:
         cluster = ",".join(f"m{j}=http://127.0.0.1:{p}" for j, p in enumerate(self.peer_ports))
+        scheme = "https" if self.tls else "http"
+        secure: list[str] = []
+        if self.tls:
+            secure = ["--cert-file", self.tls.cert_file, "--key-file", self.tls.key_file]
+            if self.tls.client_cert_auth:
+                secure += ["--trusted-ca-file", self.tls.ca_file, "--client-cert-auth"]
+        if self.auth_token_ttl_s is not None:
+            secure += ["--auth-token-ttl", str(self.auth_token_ttl_s)]
         return [
             "etcd", "--name", f"m{i}", "--data-dir", str(self.work_dir / f"m{i}"),
-            "--listen-client-urls", f"http://127.0.0.1:{self.client_ports[i]}",
-            "--advertise-client-urls", f"http://127.0.0.1:{self.client_ports[i]}",
+            "--listen-client-urls", f"{scheme}://127.0.0.1:{self.client_ports[i]}",
+            "--advertise-client-urls", f"{scheme}://127.0.0.1:{self.client_ports[i]}",
+            *secure,
             "--listen-peer-urls", f"http://127.0.0.1:{self.peer_ports[i]}",
             "--initial-advertise-peer-urls", f"http://127.0.0.1:{self.peer_ports[i]}",
             "--initial-cluster", cluster, "--initial-cluster-token", self.token,
@@ -308,6 +343,44 @@ class EtcdCluster:
     def stop(self) -> None:
         for i in range(len(self.procs)):
             self.stop_member(i)
+
+    def enable_auth(
+        self, admin: EtcdSettings, root_password: str, users: dict[str, str],
+        prefix: bytes = b"/sparklog/",
+    ) -> None:  # fmt: skip
+        """Turn etcd's authentication on, as ``etcdctl user add root; role add; user add;
+        auth enable`` would: ``root`` (etcd requires it), and each of ``users`` (name ->
+        password) with the role ``sparklog``, which may read and write the keys under
+        ``prefix``. ``admin``: how to reach this etcd (its TLS settings; no user yet)."""
+        import asyncio
+
+        from aetcd import rpc
+
+        async def run() -> None:
+            host, port = admin.addresses[0]
+            client = admin.client(host, port, 10.0)
+            await client.connect()
+            try:
+                auth = rpc.AuthStub(client.channel)
+                await auth.UserAdd(rpc.AuthUserAddRequest(name="root", password=root_password))
+                await auth.UserGrantRole(rpc.AuthUserGrantRoleRequest(user="root", role="root"))
+                await auth.RoleAdd(rpc.AuthRoleAddRequest(name="sparklog"))
+                end = prefix[:-1] + bytes([prefix[-1] + 1])  # every key with the prefix
+                perm = rpc.Permission(permType=rpc.Permission.READWRITE, key=prefix,
+                                      range_end=end)  # fmt: skip
+                await auth.RoleGrantPermission(
+                    rpc.AuthRoleGrantPermissionRequest(name="sparklog", perm=perm)
+                )
+                for name, password in users.items():
+                    await auth.UserAdd(rpc.AuthUserAddRequest(name=name, password=password))
+                    await auth.UserGrantRole(
+                        rpc.AuthUserGrantRoleRequest(user=name, role="sparklog")
+                    )
+                await auth.AuthEnable(rpc.AuthEnableRequest())
+            finally:
+                await client.close()
+
+        asyncio.run(run())
 
     def __enter__(self) -> EtcdCluster:
         return self.start()

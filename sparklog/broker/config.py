@@ -25,6 +25,12 @@ TOML layout::
     transaction_max_timeout_ms = 900000      # Kafka's transaction.max.timeout.ms
     transaction_abort_check_ms = 1000        # how often expired transactions are aborted
     etcd = "127.0.0.1:2379"                  # cluster mode (docs/cluster.md); absent: embedded
+                                             # ([https://]HOST:PORT[,...])
+    etcd_ca_file = "etcd-ca.pem"             # cluster mode over TLS: trust etcd's certificate
+    etcd_cert_file = "broker.pem"            # ... and present this one (etcd's
+    etcd_key_file = "broker.key"             # --client-cert-auth)
+    etcd_user = "sparklog"                   # etcd authentication; the password from
+    etcd_password_file = "etcd-password"     # this file, else $SPARKLOG_ETCD_PASSWORD
     lease_ttl_ms = 3000                      # cluster mode: the broker's etcd lease
     cluster_name = "default"                 # cluster mode: the key prefix in etcd
     rack = "r1"                              # cluster mode: for follower fetch (client.rack)
@@ -78,6 +84,11 @@ class BrokerConfig:
     transaction_max_timeout_ms: int = 900_000
     transaction_abort_check_ms: int = 1000
     etcd: str | None = None
+    etcd_ca_file: str | None = None
+    etcd_cert_file: str | None = None
+    etcd_key_file: str | None = None
+    etcd_user: str | None = None
+    etcd_password_file: str | None = None
     lease_ttl_ms: int = 3000
     cluster_name: str = "default"
     rack: str | None = None

@@ -50,6 +50,7 @@ from sparklog.cluster.coordination import (
     CoordinationError,
     NodeIdTakenError,
 )
+from sparklog.cluster.etcd import EtcdSettings
 from sparklog.errors import NotLeaderError, SparkLogError
 from sparklog.storage import names
 
@@ -75,7 +76,7 @@ class EpochFence:
     which the round being checked holds)."""
 
     def __init__(
-        self, endpoints: str, cluster: str, node_id: int, lease_lost: asyncio.Event
+        self, etcd: EtcdSettings, cluster: str, node_id: int, lease_lost: asyncio.Event
     ) -> None:
         self.node_id = node_id
         self.lease_lost = lease_lost  # the broker's; only read here
@@ -84,7 +85,7 @@ class EpochFence:
             target=self.loop.run_forever, name=f"sparklog-fence-{node_id}", daemon=True
         )
         self._thread.start()
-        self.coord = Coordination(endpoints, cluster=cluster)
+        self.coord = Coordination(etcd, cluster=cluster)
         self._cv = threading.Condition()
         self._pending: set[bytes] = set()
         self._started = 0  # reads started so far
@@ -176,7 +177,7 @@ class ClusterMember:
         self,
         manager: PartitionManager,
         *,
-        endpoints: str,
+        etcd: EtcdSettings,
         cluster: str,
         lease_ttl_ms: int,
         node_id: int,
@@ -192,8 +193,8 @@ class ClusterMember:
         self.rack = rack
         #: how to call another broker (inter-broker listener and credentials)
         self.peer_settings = peer_settings
-        self.coord = Coordination(endpoints, cluster=cluster, lease_ttl_ms=lease_ttl_ms)
-        self._endpoints, self._cluster = endpoints, cluster
+        self.coord = Coordination(etcd, cluster=cluster, lease_ttl_ms=lease_ttl_ms)
+        self._etcd, self._cluster = etcd, cluster
         self.view = ClusterView(self.coord, node_id)
         self.role = ControllerRole(self.coord, node_id, self._all_partitions)
         self.fence: EpochFence | None = None
@@ -229,7 +230,7 @@ class ClusterMember:
                     raise
                 log.info("%s; waiting for its lease to expire", e)
                 await asyncio.sleep(0.5)
-        self.fence = EpochFence(self._endpoints, self._cluster, self.node_id, self.coord.lease_lost)
+        self.fence = EpochFence(self._etcd, self._cluster, self.node_id, self.coord.lease_lost)
         loop = asyncio.get_running_loop()
         self._tasks = [
             loop.create_task(self.role.run(self._stop)),

@@ -62,6 +62,7 @@ from sparklog.broker.registry import REGISTRY_ENDPOINT, SchemaRegistryService
 from sparklog.broker.registry_http import RegistryApi
 from sparklog.broker.transactions import TXN_TOPIC, TransactionCoordinator
 from sparklog.cluster.coordination import BrokerInfo
+from sparklog.cluster.etcd import EtcdSettings
 from sparklog.errors import CorruptMetadataError, FrameError
 from sparklog.kafka import wire
 from sparklog.kafka.address import Listener
@@ -270,9 +271,14 @@ class Broker:
             elif topic == TXN_TOPIC and self.transactions is not None:
                 self.transactions.drop_partition(partition)
 
+        cfg = self.config
+        etcd = EtcdSettings.from_options(
+            self.config.etcd, ca_file=cfg.etcd_ca_file, cert_file=cfg.etcd_cert_file,
+            key_file=cfg.etcd_key_file, user=cfg.etcd_user, password_file=cfg.etcd_password_file,
+        )  # fmt: skip
         return ClusterMember(
             self.manager,
-            endpoints=self.config.etcd,
+            etcd=etcd,
             cluster=self.config.cluster_name,
             lease_ttl_ms=self.config.lease_ttl_ms,
             node_id=self.config.node_id,

@@ -28,7 +28,10 @@ epoch) writes everything else the cluster decides (partition assignments, topics
 docs/cluster.md).
 
 The client talks to one endpoint of the list at a time and moves to the next when a call
-fails to reach it; calls that fail on every endpoint raise ``CoordinationError``.
+fails to reach it; calls that fail on every endpoint raise ``CoordinationError``, and
+``EtcdAccessError`` when etcd refused this client (TLS or authentication:
+``sparklog.cluster.etcd``). A call refused for an expired auth token is made again once
+on a new connection, which authenticates anew.
 """
 
 from __future__ import annotations
@@ -43,20 +46,14 @@ from typing import Any, TypeVar
 
 import aetcd
 
-from sparklog.errors import SparkLogError
+from sparklog.cluster.etcd import EtcdSettings, is_token_expired, refusal
+from sparklog.errors import CoordinationError, EtcdAccessError, NodeIdTakenError
+
+__all__ = ["CoordinationError", "EtcdAccessError", "NodeIdTakenError", "parse_endpoints"]
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 TXN_OPS = 100
-
-
-class CoordinationError(SparkLogError):
-    """etcd could not be reached, or refused what a broker asked (a clear message says)."""
-
-
-class NodeIdTakenError(CoordinationError):
-    """Another process holds this node id's registration (or its previous incarnation's
-    lease has not expired yet)."""
 
 
 @dataclass(frozen=True)
@@ -99,26 +96,20 @@ class Controller:
 
 
 def parse_endpoints(spec: str) -> list[tuple[str, int]]:
-    """``HOST:PORT[,HOST:PORT...]`` -> [(host, port)]; ValueError on a malformed one."""
-    out = []
-    for item in filter(None, (s.strip() for s in spec.split(","))):
-        host, sep, port = item.rpartition(":")
-        if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-            raise ValueError(f"etcd endpoint {item!r} is not HOST:PORT")
-        out.append((host, int(port)))
-    if not out:
-        raise ValueError("no etcd endpoint given")
-    return out
+    """``[http[s]://]HOST:PORT[,...]`` -> [(host, port)]; ValueError on a malformed one."""
+    return EtcdSettings(spec).addresses
 
 
 class Coordination:
-    """One broker's session with etcd (see the module docstring)."""
+    """One broker's session with etcd (see the module docstring). ``etcd``: the settings,
+    or just the endpoints (plain http, no authentication)."""
 
     def __init__(
-        self, endpoints: str, *, cluster: str = "default", lease_ttl_ms: int = 3000,
+        self, etcd: EtcdSettings | str, *, cluster: str = "default", lease_ttl_ms: int = 3000,
         timeout_s: float = 2.0,
     ) -> None:  # fmt: skip
-        self.endpoints = parse_endpoints(endpoints)
+        self.settings = etcd if isinstance(etcd, EtcdSettings) else EtcdSettings(etcd)
+        self.endpoints = self.settings.addresses
         if lease_ttl_ms < 1000:
             raise ValueError(f"lease TTL {lease_ttl_ms} ms: etcd leases are whole seconds >= 1")
         self.prefix = f"/sparklog/{cluster}/".encode()
@@ -140,27 +131,51 @@ class Coordination:
     async def _connect(self) -> aetcd.Client:
         if self._client is None:
             host, port = self.endpoints[self._at]
-            client = aetcd.Client(host=host, port=port, timeout=self.timeout_s)
-            await asyncio.wait_for(client.connect(), self.timeout_s)
+            client = self.settings.client(host, port, self.timeout_s)
+            try:
+                await asyncio.wait_for(client.connect(), self.timeout_s)
+            except BaseException:  # a half-open channel (authentication refused) is closed
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(client.close(), 1.0)
+                raise
             self._client = client
         return self._client
 
-    async def _drop(self) -> None:
+    async def _drop(self, *, next_endpoint: bool = True) -> None:
         client, self._client = self._client, None
-        self._at = (self._at + 1) % len(self.endpoints)
+        if next_endpoint:
+            self._at = (self._at + 1) % len(self.endpoints)
         if client is not None:  # bounded: a channel to an unreachable member may not close
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(client.close(), 1.0)
 
     async def call(self, what: str, fn: Callable[[aetcd.Client], Awaitable[T]]) -> T:
-        """``fn(client)`` on the endpoints in turn until one answers."""
+        """``fn(client)`` on the endpoints in turn until one answers; EtcdAccessError at
+        once if etcd refuses this client (retrying cannot cure it)."""
         last: BaseException | None = None
-        for _ in range(len(self.endpoints)):
+        reauthenticated = False
+        attempts = len(self.endpoints)
+        while attempts:
+            attempts -= 1
             try:
                 client = await self._connect()
                 return await asyncio.wait_for(fn(client), self.timeout_s)
             except (TimeoutError, aetcd.exceptions.ClientError, OSError) as e:
                 last = e
+                if is_token_expired(e) and not reauthenticated:
+                    # etcd refused the call before doing anything: the same call on a new
+                    # connection, which authenticates again, is safe
+                    log.info("etcd auth token expired: authenticating again")
+                    reauthenticated = True
+                    attempts += 1
+                    await self._drop(next_endpoint=False)
+                    continue
+                why = refusal(e)
+                if why is not None:
+                    await self._drop(next_endpoint=False)
+                    raise EtcdAccessError(
+                        f"etcd at {self.settings.where()} refused {what}: {why} ({e})"
+                    ) from None
                 if "lease not found" in str(e):
                     # etcd expired this broker's lease (it was paused, cut off, or etcd
                     # lost its quorum for longer than the TTL): whatever was held under it
@@ -170,7 +185,7 @@ class Coordination:
                     self.lease_lost.set()
                     break
                 await self._drop()
-        where = ",".join(f"{h}:{p}" for h, p in self.endpoints)
+        where = self.settings.where()
         raise CoordinationError(f"etcd at {where} did not answer {what}: {last}") from last
 
     async def close(self) -> None:
