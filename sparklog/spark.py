@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import threading
 from collections.abc import Callable, Iterator
@@ -19,6 +20,8 @@ LOCAL_CHECKPOINT_FILE_MANAGER = (
     "org.apache.spark.sql.execution.streaming.checkpointing.FileSystemBasedCheckpointFileManager"
 )
 CHECKPOINT_FILE_MANAGER_CONF = "spark.sql.streaming.checkpointFileManagerClass"
+#: how long, at interpreter exit, Spark may take to deliver the streaming events it holds
+DRAIN_AT_EXIT_MS = 10_000
 
 
 def register(spark: Any) -> None:
@@ -32,6 +35,13 @@ def register(spark: Any) -> None:
     driver check a ``sparklog`` read's or write's options before Spark runs the source, so
     a wrong option is the first line the user sees, and lets ``df.write`` run in Spark's
     default save mode (``sparklog.datasource.driver``).
+
+    The listener is a Python object the JVM calls back, so it leaves with the Python side:
+    at interpreter exit (``atexit``) the events Spark still holds are delivered, then the
+    listener is removed (``_detach``). Otherwise a script that stops its query and ends
+    without ``spark.stop()`` has Spark call a listener that is gone (the stopped query's
+    last events, every query's termination at JVM shutdown), each call logged as an ERROR
+    with a Py4J stack trace.
     """
     from sparklog.datasource import driver
     from sparklog.datasource.source import SparkLogDataSource
@@ -42,11 +52,23 @@ def register(spark: Any) -> None:
     if not getattr(spark, "_sparklog_group_commits", False):
         from sparklog.datasource.progress import GroupCommitListener
 
+        listener = GroupCommitListener()
         try:
-            spark.streams.addListener(GroupCommitListener())
-            spark._sparklog_group_commits = True
+            spark.streams.addListener(listener)
         except Exception:  # Spark Connect: the source's own commits remain
-            pass
+            return
+        spark._sparklog_group_commits = True
+        atexit.register(_detach, spark, listener)
+
+
+def _detach(spark: Any, listener: Any) -> None:
+    """Deliver the streaming events Spark holds to ``listener`` while Python can still
+    answer, then remove it from the session (``register``). Quiet if the session or its
+    JVM is already gone: nothing is left to call the listener then."""
+    with contextlib.suppress(Exception):  # private to Spark: best effort
+        spark.sparkContext._jsc.sc().listenerBus().waitUntilEmpty(DRAIN_AT_EXIT_MS)
+    with contextlib.suppress(Exception):
+        spark.streams.removeListener(listener)
 
 
 @contextlib.contextmanager
