@@ -5,7 +5,11 @@ as the last lines of a long traceback behind a Spark error class. So that the fi
 says what is wrong, the options of a ``sparklog`` read or write are checked in the driver,
 with the DataSource's own rules (``sparklog.datasource.options``, ``writer.write_options``),
 before Spark is asked: a wrong option raises ``OptionError`` right where the user called
-``load``, ``save`` or ``start``. Typed keys and values are checked there too: the subject
+``load``, ``save`` or ``start``. What the read planner would refuse first is checked there
+as well (``check_sources``): the path must hold sparklog storage (``NoStorageError``), a
+batch read's topics must exist (``OptionError`` naming ``subscribe`` or ``assign``), and
+with ``kafka.bootstrap.servers`` the principal must be allowed to READ them
+(``TopicAuthorizationError``). Typed keys and values are checked there too: the subject
 and version exist in the registry and are of the format asked for (reads), the DataFrame's
 column matches the subject's schema or can be registered (writes).
 
@@ -91,6 +95,7 @@ def _read_check(parse: Callable[[dict[str, str]], Any]) -> Callable[..., Any]:
             if isinstance(path, str):
                 given["path"] = path
             o = parse(given)
+            check_sources(o)
             decoding = _jvm_decoding(self._spark, o)
             typed = decoding.fields if decoding else ()
             plan = {t.field: (t.version, t.jvm_writers) for t in typed if t.jvm_writers}
@@ -105,6 +110,24 @@ def _read_check(parse: Callable[[dict[str, str]], Any]) -> Callable[..., Any]:
         return load
 
     return wrap
+
+
+def check_sources(o: Any) -> None:
+    """Refuse, here in the driver, a read the planner would refuse in a Python worker:
+    a path without sparklog storage, a batch read's topic or partition that does not
+    exist, a topic the principal may not READ. A stream's topics may be missing at ``load``
+    (a restarted query follows ``failOnDataLoss`` for a topic deleted meanwhile): its
+    READ check covers the topics that exist, and the stream checks the others when it
+    first plans them."""
+    from sparklog.datasource.options import StreamOptions
+    from sparklog.datasource.plan import ReadPlanner
+    from sparklog.kafka.security_admin import require_read_access
+    from sparklog.storage import Storage
+
+    plan = ReadPlanner.of(o)
+    plan.topic_partitions(Storage(o.path).require(), strict=not isinstance(o, StreamOptions))
+    if o.client is not None:
+        require_read_access(o.client, sorted(plan.topic_ids))
 
 
 def _jvm_decoding(spark: Any, o: Any) -> Any:

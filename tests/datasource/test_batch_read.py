@@ -174,9 +174,29 @@ def test_bad_options_name_the_option(options: dict[str, str], message: str) -> N
         batch_options({"path": "/x", **options})
 
 
-def test_unknown_topic_is_a_clear_error(read: Any) -> None:
-    with pytest.raises(Exception, match="nope"):
-        read(subscribe="nope").collect()
+def test_unknown_topic_is_the_first_line_the_user_sees(read: Any) -> None:
+    # checked in the driver (sparklog.datasource.driver.check_sources): otherwise Spark
+    # wraps the planner's error as PYTHON_DATA_SOURCE_ERROR, the message 13 lines down
+    for options in ({"subscribe": "nope"}, {"assign": '{"events": [7]}'}):
+        with pytest.raises(Exception, match="nope|not 7") as e:
+            read(**options).collect()
+        first = str(e.value).splitlines()[0]
+        assert first.startswith(f"option {next(iter(options))}: "), str(e.value)
+
+
+def test_a_path_without_storage_is_the_first_line_the_user_sees(spark: Any, tmp_path: Path) -> None:
+    sparklog.spark.register(spark)
+    wrong = str(tmp_path / "not-a-storage-root")
+    with pytest.raises(Exception, match="not-a-storage-root") as e:
+        spark.read.format("sparklog").option("subscribe", "events").load(wrong).collect()
+    assert "not-a-storage-root" in str(e.value).splitlines()[0], str(e.value)
+    with pytest.raises(Exception, match="not-a-storage-root") as e:
+        spark.readStream.format("sparklog").option("subscribe", "events").load(
+            wrong
+        ).writeStream.format("noop").option(
+            "checkpointLocation", str(tmp_path / "ck")
+        ).start().awaitTermination(120)
+    assert "not-a-storage-root" in str(e.value).splitlines()[0], str(e.value)
 
 
 def test_missing_path_is_a_clear_error() -> None:
