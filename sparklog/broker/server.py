@@ -92,6 +92,13 @@ class Broker:
 
     def __init__(self, config: BrokerConfig) -> None:
         self.config = config
+        #: how to reach etcd (cluster mode), read now: a missing password file or TLS file
+        #: stops the broker before it touches its data dir
+        self.etcd = None if not config.etcd else EtcdSettings.from_options(
+            config.etcd, ca_file=config.etcd_ca_file, cert_file=config.etcd_cert_file,
+            key_file=config.etcd_key_file, user=config.etcd_user,
+            password_file=config.etcd_password_file,
+        )  # fmt: skip
         self.storage = Storage(config.data_dir)
         self._lease: Lease | None = None
         self.member: ClusterMember | None = None
@@ -257,7 +264,7 @@ class Broker:
         log.info("metrics serving at %s", self.metrics.url)
 
     def _member(self, offsets: OffsetStore) -> ClusterMember:
-        assert self.manager is not None and self.config.etcd is not None
+        assert self.manager is not None and self.etcd is not None
 
         def gained(topic: str, partition: int) -> None:
             if topic == OFFSETS_TOPIC:
@@ -271,14 +278,9 @@ class Broker:
             elif topic == TXN_TOPIC and self.transactions is not None:
                 self.transactions.drop_partition(partition)
 
-        cfg = self.config
-        etcd = EtcdSettings.from_options(
-            self.config.etcd, ca_file=cfg.etcd_ca_file, cert_file=cfg.etcd_cert_file,
-            key_file=cfg.etcd_key_file, user=cfg.etcd_user, password_file=cfg.etcd_password_file,
-        )  # fmt: skip
         return ClusterMember(
             self.manager,
-            etcd=etcd,
+            etcd=self.etcd,
             cluster=self.config.cluster_name,
             lease_ttl_ms=self.config.lease_ttl_ms,
             node_id=self.config.node_id,

@@ -131,3 +131,24 @@ def test_cluster_describe_refused_prints_one_line(
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1, done.stderr  # neither a traceback nor gRPC's own log
     assert "etcd's server certificate is not trusted by etcd_ca_file" in lines[0]
+
+
+def test_a_broker_with_an_etcd_user_and_no_password_stops_before_touching_storage(
+    tmp_path: Path,
+) -> None:
+    """The password never comes from the command line: with neither a password file nor
+    SPARKLOG_ETCD_PASSWORD the broker refuses to start, before it creates its data dir."""
+    data = tmp_path / "shared"
+    env = {k: v for k, v in os.environ.items() if k != "SPARKLOG_ETCD_PASSWORD"}
+    done = subprocess.run(
+        [sys.executable, "-m", "sparklog.cli", "broker", "start", "--data-dir", str(data),
+         "--listen", "127.0.0.1:0", "--node-id", "1", "--etcd", "127.0.0.1:1",
+         "--etcd-user", BROKER_USER],
+        capture_output=True, text=True, timeout=60, cwd=PROJECT, env=env,
+    )  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip().splitlines()[-1] == (
+        f"sparklog: error: etcd user {BROKER_USER!r} needs a password: etcd_password_file "
+        "or the environment variable SPARKLOG_ETCD_PASSWORD"
+    )
+    assert not data.exists()
