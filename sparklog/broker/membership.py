@@ -355,6 +355,12 @@ class ClusterMember:
                  handle.leader_epoch, why)  # fmt: skip
         self._on_lost(*key)
 
+    async def give_up_topic(self, name: str) -> None:
+        """A topic deleted through this broker: give up the partitions of it that this
+        broker leads, as the topic sync does for a deletion through another broker."""
+        for key in [k for k in self.manager.handles if k[0] == name]:
+            await self._give_up(key, "its topic was deleted")
+
     async def _give_up_all(self, why: str) -> None:
         for key in list(self.manager.handles):
             await self._give_up(key, why)

@@ -210,6 +210,8 @@ async def delete_topics(ctx: RequestContext, header: Any, req: Any) -> dict[str,
         entry: dict[str, Any] = {"name": name, "error_code": ErrorCode.none, "error_message": None}
         try:
             ctx.require(Op.DELETE, RT.TOPIC, name)
+            if ctx.cluster is not None:  # logged and handed back as any other give-up
+                await ctx.cluster.give_up_topic(name)
             ctx.manager.delete_topic(name)
             if ctx.services.metrics is not None:
                 ctx.services.metrics.forget_topic(name)
