@@ -412,5 +412,10 @@ class ExportUsageError(SparkLogError, ValueError):
     """An export's arguments are missing, malformed or contradict each other."""
 
 
+class ConfigFileError(SparkLogError, ValueError):
+    """A broker config file is not TOML, names a table or setting sparklog does not have,
+    or gives a setting a value of the wrong type."""
+
+
 class DemoCheckError(SparkLogError):
     """A step of the demo does not match the model of what was produced."""

@@ -51,14 +51,23 @@ TOML layout::
 
     [security]                         # TLS, SASL, ACLs: sparklog.security.config
     authorizer = true
+
+Any other table, a key outside a table, a key a table does not have or a value of the
+wrong type is refused at start (``ConfigFileError``: the file, the ``[table] key``, the
+value and what is allowed); the checks come from the dataclasses' fields and types.
 """
 
 from __future__ import annotations
 
+import difflib
+import json
 import tomllib
+import types
+import typing
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from sparklog.errors import ConfigFileError
 from sparklog.kafka.address import Listener, parse_listener
 from sparklog.security.config import SecurityConfig
 from sparklog.storage.config import TopicConfig
@@ -196,19 +205,125 @@ class BrokerConfig:
 
     @classmethod
     def load(cls, path: str | None = None, **overrides: Any) -> BrokerConfig:
-        values: dict[str, Any] = {}
-        if path:
-            with open(path, "rb") as f:
-                doc = tomllib.load(f)
-            known = {f.name for f in fields(cls)}
-            broker = dict(doc.get("broker", {}))
-            unknown = sorted(set(broker) - known)
-            if unknown:
-                raise ValueError(f"{path}: unknown broker settings {unknown}")
-            values.update(broker)
-            if "topic_defaults" in doc:
-                values["topic_defaults"] = {k: str(v) for k, v in doc["topic_defaults"].items()}
-            if "security" in doc:
-                values["security"] = SecurityConfig.from_mapping(dict(doc["security"]), path)
+        """Defaults, then the TOML file at ``path`` (checked by ``read_file``), then the
+        ``overrides`` that are not None (the command line)."""
+        values = read_file(path) if path else {}
         values.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**values)
+
+
+# ---------------------------------------------------------------------------- the TOML file
+
+#: the file's tables, each checked against the fields of its dataclass; ``[broker]`` holds
+#: every field of ``BrokerConfig`` except those that are tables of their own
+TABLES = ("broker", "security", "topic_defaults")
+
+
+def _kind(value: Any) -> str:
+    """What a TOML value is, in words."""
+    for t, word in ((bool, "a boolean"), (int, "an integer"), (float, "a float"),
+                    (str, "a string"), (list, "a list"), (dict, "a table")):  # fmt: skip
+        if isinstance(value, t):
+            return word
+    return "a date or time"
+
+
+_WORDS = {bool: "true or false", int: "an integer", float: "a number", str: "a string"}
+_PLURAL = {bool: "booleans", int: "integers", float: "numbers", str: "strings"}
+
+
+def _expected(tp: Any) -> str:
+    """What a field's type asks for, in words (None is left out: omit the key instead)."""
+    if typing.get_origin(tp) in (typing.Union, types.UnionType):
+        return " or ".join(_expected(a) for a in typing.get_args(tp) if a is not type(None))
+    if typing.get_origin(tp) is tuple:
+        return f"a list of {_PLURAL.get(typing.get_args(tp)[0], 'values')}"
+    return _WORDS.get(tp, f"a {getattr(tp, '__name__', tp)}")
+
+
+def _fits(value: Any, tp: Any) -> bool:
+    if typing.get_origin(tp) in (typing.Union, types.UnionType):
+        return any(_fits(value, a) for a in typing.get_args(tp))
+    if typing.get_origin(tp) is tuple:
+        return isinstance(value, list) and all(_fits(v, typing.get_args(tp)[0]) for v in value)
+    if tp is float:
+        return isinstance(value, int | float) and not isinstance(value, bool)
+    if tp is int:  # TOML's true is no integer, though Python's bool is one
+        return isinstance(value, int) and not isinstance(value, bool)
+    return isinstance(tp, type) and isinstance(value, tp)
+
+
+def _shown(value: Any) -> str:
+    return "{...}" if isinstance(value, dict) else json.dumps(value, default=str)
+
+
+def _suggest(name: str, allowed: list[str], fmt: str = "{}") -> str:
+    close = difflib.get_close_matches(name, allowed, n=1)
+    return f" (did you mean {fmt.format(close[0])}?)" if close else ""
+
+
+def check_table(path: str, table: str, cls: type, values: dict[str, Any], *,
+                skip: tuple[str, ...] = ()) -> None:  # fmt: skip
+    """ConfigFileError unless every key of ``values`` (the TOML table ``[table]``) is a field
+    of the dataclass ``cls`` (except ``skip``) and its value fits the field's type. Derived
+    from the fields, so a new setting is checked as soon as it exists."""
+    hints = typing.get_type_hints(cls)
+    secret = {f.name for f in fields(cls) if not f.repr}
+    allowed = sorted(f.name for f in fields(cls) if f.name not in skip)
+    for key, value in values.items():
+        if key not in allowed:
+            raise ConfigFileError(
+                f"{path}: [{table}] {key} is not a setting{_suggest(key, allowed)}; "
+                f"allowed: {', '.join(allowed)}"
+            )
+        if not _fits(value, hints[key]):
+            shown = "(not shown)" if key in secret else _shown(value)
+            raise ConfigFileError(
+                f"{path}: [{table}] {key} = {shown} is {_kind(value)}; expected "
+                f"{_expected(hints[key])}"
+            )
+
+
+def read_file(path: str) -> dict[str, Any]:
+    """``BrokerConfig`` arguments from the TOML file at ``path``: ConfigFileError names the
+    file, the table and key, and what is allowed, for an unknown table or key or a value of
+    the wrong type (a misspelled ``[securty]`` must not silently turn the authorizer off)."""
+    with open(path, "rb") as f:
+        try:
+            doc = tomllib.load(f)
+        except tomllib.TOMLDecodeError as e:
+            raise ConfigFileError(f"{path}: not valid TOML: {e}") from None
+    tables = ", ".join(f"[{t}]" for t in TABLES)
+    broker_keys = [f.name for f in fields(BrokerConfig) if f.name not in TABLES]
+    for name, value in doc.items():
+        if name in TABLES and not isinstance(value, dict):
+            raise ConfigFileError(f"{path}: [{name}] must be a table (got {_kind(value)})")
+        if name in TABLES:
+            continue
+        if not isinstance(value, dict):
+            home = f" ({name} is a [broker] setting: move it under [broker])"
+            raise ConfigFileError(
+                f"{path}: {name} = {_shown(value)} is outside any table"
+                f"{home if name in broker_keys else ''}; the file holds the tables {tables}"
+            )
+        raise ConfigFileError(
+            f"{path}: unknown table [{name}]{_suggest(name, list(TABLES), '[{}]')}; "
+            f"allowed tables: {tables}"
+        )
+    values: dict[str, Any] = dict(doc.get("broker", {}))
+    check_table(path, "broker", BrokerConfig, values, skip=TABLES)
+    if "topic_defaults" in doc:
+        defaults = doc["topic_defaults"]
+        for key, value in defaults.items():  # the names are Kafka's, checked by TopicConfig
+            if not isinstance(value, str | int | float):
+                raise ConfigFileError(
+                    f'{path}: [topic_defaults] "{key}" = {_shown(value)} is {_kind(value)}; '
+                    "expected a string or a number"
+                )
+        values["topic_defaults"] = {
+            k: str(v).lower() if isinstance(v, bool) else str(v) for k, v in defaults.items()
+        }
+    if "security" in doc:
+        check_table(path, "security", SecurityConfig, doc["security"])
+        values["security"] = SecurityConfig.from_mapping(dict(doc["security"]), path)
+    return values
