@@ -221,6 +221,7 @@ class ClusterMember:
         self._host_port = (host, port)
         self._listeners = tuple((p, h, pt) for p, (h, pt) in (endpoints or {}).items())
         deadline = time.monotonic() + 2 * self.coord.ttl_s + 1
+        said = False  # the wait is logged once, not at every retry
         while True:
             try:
                 await self.coord.register(self._info(host, port))
@@ -228,7 +229,10 @@ class ClusterMember:
             except NodeIdTakenError as e:
                 if time.monotonic() > deadline:
                     raise
-                log.info("%s; waiting for its lease to expire", e)
+                if not said:
+                    log.info("%s; waiting up to %.0f s for its lease to expire", e,
+                             deadline - time.monotonic())  # fmt: skip
+                    said = True
                 await asyncio.sleep(0.5)
         self.fence = EpochFence(self._etcd, self._cluster, self.node_id, self.coord.lease_lost)
         loop = asyncio.get_running_loop()

@@ -19,7 +19,9 @@ How work is ordered (every tick, twice a second), so that no job starves another
    other topics. A topic whose compaction job is running is retained as soon as that job
    ends (before the topic's next compaction: a retention commit would make the running
    job's commit fail and its work be redone). A partition that still holds what a limit
-   wants gone after its turn is reported as a warning, with why;
+   wants gone after its turn is reported as a warning, with why, once per state: again
+   only when the reasons change (their numbers aside: the active segment grows between
+   checks), and at INFO when the partition is within its limits again;
 3. due compaction checks run longest-due first (so topics take turns: a topic that is
    always dirty cannot keep the slots from the others), and start a job while fewer than
    ``--max-jobs`` run. ``--max-jobs`` bounds the Spark jobs (JVMs) running at once; one
@@ -42,6 +44,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import re
 import shlex
 import signal
 import subprocess
@@ -66,6 +69,7 @@ EXIT_RETRY = 3
 DEFAULT_MIN_INTERVAL_S = 15.0
 DEFAULT_MAX_INTERVAL_S = 300.0
 RETAINED_KEPT = 1000
+_NUMBER = re.compile(r"\d[\d,.]*")
 
 
 def default_spark_submit() -> str:
@@ -170,6 +174,9 @@ class Scheduler:
         self._running: dict[str, _Running] = {}
         #: the latest retention outcomes that changed or held something (newest last)
         self.retained: list[RetentionOutcome] = []
+        #: (topic, partition) -> the reasons retention last held it over its limits, each
+        #: with its numbers masked: a warning is logged when they change, not every check
+        self._held: dict[tuple[str, int], tuple[str, ...]] = {}
 
     # ------------------------------------------------------------------ the loop
 
@@ -196,6 +203,8 @@ class Scheduler:
         except Exception as e:
             log.error("cannot list topics under %s: %s", self.storage.root, e)
             return
+        for key in [k for k in self._held if k[0] not in topics]:  # deleted topics
+            del self._held[key]
         due: list[tuple[float, str, str, _Check]] = []
         for topic in topics:
             for job in (RETENTION, COMPACTION):
@@ -233,11 +242,20 @@ class Scheduler:
     def _report_retention(self, outcome: RetentionOutcome) -> None:
         if outcome.segments_deleted:
             log.info("[retention %s] %s", outcome.topic, outcome.line())
-        if outcome.held:
-            log.warning(
-                "topic %s partition %d is still over its limits after retention: %s",
-                outcome.topic, outcome.partition, "; ".join(outcome.held),
-            )  # fmt: skip
+        key = (outcome.topic, outcome.partition)
+        state = tuple(_NUMBER.sub("#", h) for h in outcome.held)
+        if state != self._held.get(key, ()):
+            if outcome.held:
+                log.warning(
+                    "topic %s partition %d is still over its limits after retention: %s",
+                    outcome.topic, outcome.partition, "; ".join(outcome.held),
+                )  # fmt: skip
+            else:
+                log.info("topic %s partition %d is within its limits again", *key)
+        if state:
+            self._held[key] = state
+        else:
+            self._held.pop(key, None)
         if outcome.segments_deleted or outcome.held:
             self.retained.append(outcome)
             del self.retained[:-RETAINED_KEPT]

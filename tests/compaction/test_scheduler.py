@@ -3,6 +3,7 @@ manifests, and a real scheduler process running real jobs through spark-submit.s
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 import time
@@ -126,3 +127,47 @@ def test_scheduler_runs_the_jobs_survives_a_failing_one_and_stops_on_sigterm(
     after = manifest(storage, 0, "good")
     assert after.log_start_offset == 12
     assert all(s.generation >= 1 for s in after.segments[:-1])
+
+
+def test_a_retention_warning_is_logged_once_per_state_change(
+    root: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``retention.bytes`` below the active segment: the scheduler says so once, not at
+    every check (the active segment growing between checks is the same state); it says
+    when the partition is within its limits again, and warns again when it no longer is."""
+    storage = Storage(root)
+    storage.topics.create("big", 1, {"retention.bytes": "10"})
+    model = Model()
+    clock = [0.0]
+    s = Scheduler(root, min_interval_s=1, max_interval_s=2, clock=lambda: clock[0])
+
+    def checks(n: int, *, grow: bool = False) -> None:
+        for i in range(n):
+            if grow:
+                _append_active(storage, model, i)
+            s.tick()
+            clock[0] += 5  # every check is due at every tick
+
+    def said(level: int) -> list[str]:
+        return [r.getMessage() for r in caplog.records
+                if r.name == "sparklog.scheduler" and r.levelno == level]  # fmt: skip
+
+    caplog.set_level(logging.INFO, logger="sparklog.scheduler")
+    checks(4, grow=True)
+    held = said(logging.WARNING)
+    assert len(held) == 1 and "the active segment alone holds" in held[0], held
+    storage.topics.alter_configs("big", {"retention.bytes": "-1"}, [])
+    checks(3)
+    assert said(logging.WARNING) == held
+    assert [m for m in said(logging.INFO) if "within its limits again" in m] == [
+        "topic big partition 0 is within its limits again"
+    ]
+    storage.topics.alter_configs("big", {"retention.bytes": "10"}, [])
+    checks(3)
+    again = said(logging.WARNING)
+    assert len(again) == 2 and "the active segment alone holds" in again[1], again
+
+
+def _append_active(storage: Storage, model: Model, i: int) -> None:
+    append(storage, model, 0, [b"k%d" % i] * 5, [b"v" * 100] * 5, ts=NOW, roll=False,
+           topic="big")  # fmt: skip
