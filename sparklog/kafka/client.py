@@ -29,6 +29,7 @@ callers that pipeline.
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
 import socket
 import ssl
@@ -199,13 +200,53 @@ def _sasl_options(opts: Mapping[str, str]) -> dict[str, Any]:
     }
 
 
+_JKS_MAGIC = b"\xfe\xed\xfe\xed"
+_CONVERT = {
+    "truststore": "keytool -exportcert -rfc -alias ALIAS -keystore {0} > ca.pem",
+    "keystore": "keytool -importkeystore -srckeystore {0} -destkeystore k.p12 "
+    "-deststoretype PKCS12, then openssl pkcs12 -in k.p12 -nodes > me.pem",
+}
+
+
+def _store_kind(location: str) -> str:
+    """What the file at ``location`` holds: "PEM", "JKS", "PKCS12" or "" (unknown or
+    unreadable), from its first bytes."""
+    try:
+        with open(location, "rb") as f:
+            head = f.read(4096)
+    except OSError:
+        return ""
+    if head.startswith(_JKS_MAGIC):
+        return "JKS"
+    if b"-----BEGIN " in head:
+        return "PEM"
+    return "PKCS12" if head[:1] == b"\x30" else ""  # DER: a SEQUENCE
+
+
 def _pem_only(opts: Mapping[str, str], store: str) -> str | None:
     location = opts.get(f"ssl.{store}.location", "").strip() or None
-    kind = opts.get(f"ssl.{store}.type", "JKS").strip().upper()
+    given = opts.get(f"ssl.{store}.type", "").strip().upper()
+    kind = given or "JKS"  # Kafka's default type
     if location is not None and kind != "PEM":
+        # Kafka refuses a PEM file under type JKS too ("Invalid keystore format"): say
+        # which of the two to change, after a look at the file
+        found = _store_kind(location)
+        said = f"ssl.{store}.type {kind}"
+        note = "" if given else f" (Kafka's default when ssl.{store}.type is not set)"
+        if found == "PEM":
+            raise ValueError(
+                f"{said}{note} does not fit {location}, which is already a PEM file: set "
+                f"ssl.{store}.type=PEM"
+            )
+        if not found and not os.path.isfile(location):
+            raise ValueError(f"{said} is not supported{note}, and {location} is no file: "
+                             f"give a PEM file and set ssl.{store}.type=PEM")  # fmt: skip
+        what = f"{location} is a {found} keystore" if found else f"{location} is not PEM"
         raise ValueError(
-            f"ssl.{store}.type {kind} is not supported: sparklog's client reads PEM files "
-            f"only; convert {location} to PEM and set ssl.{store}.type=PEM"
+            f"{said} is not supported{note}: sparklog's client reads PEM files only, and "
+            f"{what}; "
+            f"convert it (e.g. {_CONVERT[store].format(location)}) and set "
+            f"ssl.{store}.type=PEM"
         )
     for inline in (f"ssl.{store}.certificates", f"ssl.{store}.certificate.chain"):
         if opts.get(inline):

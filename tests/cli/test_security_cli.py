@@ -5,6 +5,8 @@ broker: tests/kafka/test_client_security_broker.py.)"""
 from __future__ import annotations
 
 import io
+import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -111,3 +113,47 @@ def test_command_config_file(tmp_path: Path) -> None:
     cfg.write_text("security.protocol=SASL_SSL\n")
     with pytest.raises(ValueError, match="--command-config: .*user name and password"):
         client_settings("127.0.0.1:9092", str(cfg))
+
+
+def _ssl_config(tmp_path: Path, store: Path, kind: str | None = None) -> str:
+    cfg = tmp_path / "ssl.properties"
+    cfg.write_text(f"security.protocol=SSL\nssl.truststore.location={store}\n"
+                   + (f"ssl.truststore.type={kind}\n" if kind else ""))  # fmt: skip
+    return str(cfg)
+
+
+@pytest.mark.parametrize("kind", [None, "JKS"])
+def test_a_pem_truststore_of_type_jks_is_told_to_say_pem_not_to_convert(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], kind: str | None
+) -> None:
+    """Kafka 4.3.1's tools refuse a PEM file under the default type JKS too ("Failed to
+    load SSL keystore ... of type JKS: Invalid keystore format", checked with
+    TopicCommand --command-config); the error says what to change in the file."""
+    import trustme
+
+    pem = tmp_path / "ca.pem"
+    trustme.CA().cert_pem.write_to_path(str(pem))
+    code, _, err = run(capsys, "topics", "list", "--bootstrap-server", "127.0.0.1:9",
+                       "--command-config", _ssl_config(tmp_path, pem, kind))  # fmt: skip
+    assert code == 2, err
+    assert f"{pem}, which is already a PEM file: set ssl.truststore.type=PEM" in err
+    assert "convert" not in err
+
+
+@pytest.mark.skipif(shutil.which("keytool") is None, reason="needs the JDK's keytool")
+def test_a_jks_truststore_is_told_how_to_convert_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import trustme
+
+    pem, jks = tmp_path / "ca.pem", tmp_path / "trust.jks"
+    trustme.CA().cert_pem.write_to_path(str(pem))
+    subprocess.run(["keytool", "-importcert", "-noprompt", "-alias", "ca", "-file", str(pem),
+                    "-keystore", str(jks), "-storepass", "changeit", "-storetype", "JKS"],
+                   check=True, capture_output=True, timeout=60)  # fmt: skip
+    code, _, err = run(capsys, "topics", "list", "--bootstrap-server", "127.0.0.1:9",
+                       "--command-config", _ssl_config(tmp_path, jks))  # fmt: skip
+    assert code == 2, err
+    assert "ssl.truststore.type JKS is not supported (Kafka's default" in err
+    assert f"{jks} is a JKS keystore" in err and "keytool -exportcert -rfc" in err
+    assert "set ssl.truststore.type=PEM" in err
