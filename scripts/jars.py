@@ -29,6 +29,7 @@ ROOT = Path(__file__).resolve().parents[1]
 JVM = ROOT / "jvm"
 STAMP = ".pom-sha256"
 VERSIONED = re.compile(r"^(?P<artifact>.+?)-\d[\w.+-]*\.jar$")
+ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 
 
 def artifact(jar: str) -> str:
@@ -41,6 +42,23 @@ def pyspark_artifacts() -> set[str]:
 
     jars = Path(pyspark.__file__).parent / "jars"
     return {artifact(j.name) for j in jars.glob("*.jar")}
+
+
+def run_plain(cmd: list[str]) -> None:
+    """Run ``cmd``, passing its output on line by line without terminal escape codes:
+    Maven 3.8 writes colour resets even with ``--batch-mode -Dstyle.color=never``, which
+    show as ``^[[0m`` in a log or CI output."""
+    proc = subprocess.Popen(
+        cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        text=True, errors="replace",
+    )  # fmt: skip
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        plain = ANSI_ESCAPE.sub("", line)
+        if plain.strip():
+            print(plain, end="", flush=True)
+    if proc.wait() != 0:
+        raise subprocess.CalledProcessError(proc.returncode, cmd)
 
 
 def fetch(name: str) -> Path:
@@ -58,11 +76,11 @@ def fetch(name: str) -> Path:
     tmp = dest.parent / f".{name}.tmp"
     shutil.rmtree(tmp, ignore_errors=True)
     cmd = [
-        "mvn", "-q", "-B", "-f", str(pom), "dependency:copy-dependencies",
-        "-DincludeScope=runtime", f"-DoutputDirectory={tmp}",
+        "mvn", "-q", "--batch-mode", "-Dstyle.color=never", "-f", str(pom),
+        "dependency:copy-dependencies", "-DincludeScope=runtime", f"-DoutputDirectory={tmp}",
     ]  # fmt: skip
     print(f"sparklog: fetching the {name} jars with Maven ({pom.relative_to(ROOT)})", flush=True)
-    subprocess.run(cmd, check=True, stdin=subprocess.DEVNULL)
+    run_plain(cmd)
     if name == "spark":
         shipped = pyspark_artifacts()
         for jar in list(tmp.glob("*.jar")):
