@@ -163,8 +163,8 @@ class EtcdClient(aetcd.Client):  # type: ignore[misc]  # aetcd has no type hints
             return
         if self._connected.is_set():
             return
-        # unlike aetcd's, a call made while another connects does not wait: Coordination
-        # makes one call at a time per client
+        # unlike aetcd's, a call made while another connects does not wait for it:
+        # Coordination connects a client before any call can reach it
         try:
             channel = rpc.secure_channel(
                 f"{self._host}:{self._port}", self._credentials, options=self._options.items()
