@@ -95,7 +95,7 @@ APIS: dict[int, Api] = {
     ApiKey.DESCRIBE_PRODUCERS: Api("DescribeProducers", 0, 0, txn.describe_producers),
     ApiKey.DESCRIBE_TRANSACTIONS: Api("DescribeTransactions", 0, 0, txn.describe_transactions),
     ApiKey.LIST_TRANSACTIONS: Api("ListTransactions", 0, 1, txn.list_transactions),
-    ApiKey.SASL_HANDSHAKE: Api("SaslHandshake", 1, 1, security.sasl_handshake),
+    ApiKey.SASL_HANDSHAKE: Api("SaslHandshake", 0, 1, security.sasl_handshake),
     ApiKey.SASL_AUTHENTICATE: Api("SaslAuthenticate", 0, 2, security.sasl_authenticate),
     ApiKey.DESCRIBE_ACLS: Api("DescribeAcls", 1, 3, security.describe_acls),
     ApiKey.CREATE_ACLS: Api("CreateAcls", 1, 3, security.create_acls),

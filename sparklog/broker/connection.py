@@ -12,7 +12,10 @@ limited to ``sasl_max_receive_bytes`` (Kafka's 512 KiB: an unauthenticated clien
 make the broker allocate more; CVE-2022-34917) and are processed one at a time, so the
 limit and the state change together; the dispatcher lets only ApiVersions and the SASL
 requests through. ``close_after_response`` ends the connection once the response of the
-request that set it is written (a failed authentication).
+request that set it is written (a failed authentication). While ``raw_tokens`` is set (after
+a SaslHandshake v0, KIP-152), a frame is not a request but a SASL token, of any size from 0
+to the limit: it goes to ``raw_tokens`` instead of the dispatcher, which returns the whole
+answer frame (or None), and clears it when the exchange ends.
 
 ``serve`` is the connection's request loop. Requests are read ahead and processed as they
 arrive, up to ``max_inflight_requests`` at a time (a client pipelining produce requests
@@ -39,6 +42,7 @@ from sparklog.security.acls import ANONYMOUS
 log = logging.getLogger("sparklog.broker")
 
 Dispatch = Callable[["Connection", bytes], Coroutine[Any, Any, bytes | None]]
+RawTokens = Callable[[bytes], Coroutine[Any, Any, bytes | None]]
 
 
 class Connection:
@@ -71,6 +75,7 @@ class Connection:
         self.principal = principal or ANONYMOUS
         self.authenticated = not (listener is not None and listener.sasl)
         self.sasl: Any = None  # the SASL exchange in progress (sparklog.security.sasl)
+        self.raw_tokens: RawTokens | None = None  # frames are raw SASL tokens (handshake v0)
         self.session_expiry: float | None = None  # monotonic; KIP-368 re-authentication
         self.close_after_response = False
         self._sasl_max = sasl_max_receive_bytes
@@ -121,7 +126,8 @@ class Connection:
                     break
                 (size,) = struct.unpack(">i", head)
                 limit = self.frame_limit
-                if size < 8 or size > limit:
+                raw = self.raw_tokens
+                if size < (0 if raw else 8) or size > limit:
                     log.warning(
                         "closing %s: request of %d bytes (limit %d%s)", self, size, limit,
                         "" if self.authenticated else " before authentication",
@@ -130,7 +136,8 @@ class Connection:
                 frame = await _race(self._reader.readexactly(size), responder)
                 if frame is None:
                     break
-                work = asyncio.get_running_loop().create_task(dispatch(self, frame))
+                job = raw(frame) if raw is not None else dispatch(self, frame)
+                work = asyncio.get_running_loop().create_task(job)
                 pending = [t for t in pending if not t.done()]
                 pending.append(work)
                 if await _race(inflight.put(work), responder) is None and responder.done():

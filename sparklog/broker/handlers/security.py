@@ -1,12 +1,15 @@
 """SASL authentication, ACL administration and SCRAM user administration.
 
-SaslHandshake (v1) starts an exchange for one of the listener's mechanisms; the tokens then
-travel in SaslAuthenticate (v0-v2). A failed exchange is answered with
-SASL_AUTHENTICATION_FAILED and the connection is closed after the answer, as in Kafka. A
-client may authenticate again on an authenticated connection (KIP-368 re-authentication:
-SaslAuthenticate v1+ tells it the session lifetime, ``connections_max_reauth_ms``), but
-only as the same principal. SaslHandshake v0 (unframed tokens) is not served: every client
-since Kafka 1.0 uses v1.
+SaslHandshake starts an exchange for one of the listener's mechanisms. After v1 the tokens
+travel in SaslAuthenticate (v0-v2); a failed exchange is answered with
+SASL_AUTHENTICATION_FAILED and the connection is closed after the answer, as in Kafka. After
+v0 (KIP-152's original form, which librdkafka before 2.x and old Java clients may use) the
+tokens travel raw, each framed only by its 4-byte size, and are answered the same way
+(``Connection.raw_tokens``); a failed raw exchange closes the connection without an answer,
+as Kafka's does. A client may authenticate again on an authenticated connection (KIP-368
+re-authentication: SaslHandshake v1, then SaslAuthenticate v1+, which tells it the session
+lifetime, ``connections_max_reauth_ms``), but only as the same principal; a v0 handshake
+there is ILLEGAL_SASL_STATE and the connection is served on, as in Kafka.
 
 CreateAcls/DeleteAcls need ALTER on the cluster, DescribeAcls DESCRIBE;
 AlterUserScramCredentials needs ALTER on the cluster, DescribeUserScramCredentials
@@ -16,6 +19,9 @@ SECURITY_DISABLED, as Kafka does without an authorizer.
 
 from __future__ import annotations
 
+import functools
+import logging
+import struct
 import time
 from typing import Any
 
@@ -46,6 +52,7 @@ from sparklog.security.scram import (
 )
 
 Op, RT = AclOperation, ResourceType
+log = logging.getLogger(__name__)
 
 
 async def sasl_handshake(ctx: RequestContext, header: Any, req: Any) -> dict[str, Any]:
@@ -55,12 +62,16 @@ async def sasl_handshake(ctx: RequestContext, header: Any, req: Any) -> dict[str
     if listener is None or not listener.sasl:
         conn.close_after_response = True
         return {"error_code": ErrorCode.illegal_sasl_state, "mechanisms": []}
+    if ctx.api_version == 0 and conn.authenticated:  # re-authentication needs v1 (KIP-368)
+        return {"error_code": ErrorCode.illegal_sasl_state, "mechanisms": []}
     mechanism = str(req.mechanism).upper()
     if mechanism not in enabled:
         conn.close_after_response = True
         return {"error_code": ErrorCode.unsupported_sasl_mechanism, "mechanisms": enabled}
     assert ctx.services.security is not None
     conn.sasl = SaslExchange(mechanism, ctx.services.security.credentials)
+    if ctx.api_version == 0:
+        conn.raw_tokens = functools.partial(_raw_token, ctx)
     return {"error_code": ErrorCode.none, "mechanisms": enabled}
 
 
@@ -71,29 +82,53 @@ def _auth_error(ctx: RequestContext, e: SparkLogError) -> dict[str, Any]:
             "session_lifetime": 0}  # fmt: skip
 
 
-async def sasl_authenticate(ctx: RequestContext, header: Any, req: Any) -> dict[str, Any]:
+def _step(ctx: RequestContext, token: bytes, reauth_supported: bool) -> tuple[bytes, int]:
+    """Feed ``token`` to the connection's exchange: (answer, session lifetime in ms, 0 for
+    none). Once the client has proven who it is, the connection is authenticated as that
+    principal. Raises AuthenticationError or IllegalSaslStateError."""
     conn = ctx.connection
     exchange = conn.sasl
     if exchange is None:
-        return _auth_error(ctx, IllegalSaslStateError("SaslAuthenticate before SaslHandshake"))
-    try:
-        answer = exchange.step(bytes(req.auth_bytes))
-    except (AuthenticationError, IllegalSaslStateError) as e:
-        return _auth_error(ctx, e)
+        raise IllegalSaslStateError("SaslAuthenticate before SaslHandshake")
+    answer = exchange.step(token)
     lifetime = 0
     if exchange.complete:
         principal = str(exchange.principal)
         if conn.authenticated and conn.principal != principal:  # re-authentication
             why = f"re-authentication as {principal} on a connection of {conn.principal}"
-            return _auth_error(ctx, AuthenticationError(why))
+            raise AuthenticationError(why)
         conn.principal, conn.authenticated, conn.sasl = principal, True, None
         assert ctx.services.security is not None
         reauth = ctx.services.security.config.connections_max_reauth_ms
-        if reauth > 0 and ctx.api_version >= 1:
+        if reauth > 0 and reauth_supported:
             lifetime = reauth
             conn.session_expiry = time.monotonic() + reauth / 1000
+    return answer, lifetime
+
+
+async def sasl_authenticate(ctx: RequestContext, header: Any, req: Any) -> dict[str, Any]:
+    try:
+        answer, lifetime = _step(ctx, bytes(req.auth_bytes), ctx.api_version >= 1)
+    except (AuthenticationError, IllegalSaslStateError) as e:
+        return _auth_error(ctx, e)
     return {"error_code": ErrorCode.none, "error_message": None, "auth_bytes": answer,
             "session_lifetime": lifetime}  # fmt: skip
+
+
+async def _raw_token(ctx: RequestContext, token: bytes) -> bytes | None:
+    """One raw token after SaslHandshake v0: the answer as a size-prefixed raw token. The
+    raw exchange ends with it (the client's next frames are Kafka requests again); a
+    failure closes the connection without an answer, as in Kafka."""
+    conn = ctx.connection
+    try:
+        answer, _ = _step(ctx, token, reauth_supported=False)
+    except (AuthenticationError, IllegalSaslStateError) as e:
+        log.info("closing %s: %s", conn, e)
+        conn.sasl, conn.raw_tokens, conn.close_after_response = None, None, True
+        return None
+    if conn.sasl is None:
+        conn.raw_tokens = None
+    return struct.pack(">i", len(answer)) + answer
 
 
 def _security(ctx: RequestContext) -> Any:
