@@ -4,7 +4,7 @@
     sparklog broker start [--data-dir DIR] [--listen HOST:PORT] [--config FILE]
     sparklog topics create NAME [--partitions N] [--config k=v ...] TARGET
     sparklog topics list TARGET
-    sparklog topics describe NAME TARGET
+    sparklog topics describe NAME [--json] TARGET
     sparklog topics alter NAME [--config k=v ...] [--delete-config k ...] TARGET
     sparklog topics delete NAME TARGET
 
@@ -25,6 +25,8 @@
 TARGET is ``--bootstrap-server HOST:PORT [--command-config FILE]`` or ``--data-dir DIR``;
 every ``--bootstrap-server`` takes ``--command-config``, a properties file of Kafka client
 security settings as Kafka's tools take (``security.protocol``, ``sasl.*``, ``ssl.*``).
+``topics describe`` prints Kafka's ``kafka-topics.sh --describe`` lines and sparklog's
+offsets (``sparklog.cli_describe``), or JSON with ``--json``.
 ``groups describe`` shows, per partition, the owner, committed offset, log end offset, lag
 in records, lag in seconds (the age of the oldest unconsumed record) and the lag status
 (Burrow's OK, WARN, REWIND, STALL, STOP; from the coordinator's ``/metrics``, when it
@@ -51,12 +53,12 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 import sparklog
-from sparklog.cli_security import add_connection_arguments, add_parsers, connect
+from sparklog import cli_describe
+from sparklog.cli_security import add_command, add_connection_arguments, add_parsers, connect
 from sparklog.errors import KafkaRequestError, SparkLogError
 from sparklog.kafka.client import KafkaClient
 from sparklog.storage import Storage
 from sparklog.storage.lease import DATA_DIR
-from sparklog.storage.reader import PartitionReader
 
 
 def _parse_configs(pairs: Sequence[str]) -> dict[str, str]:
@@ -93,46 +95,6 @@ class _Ticker:
             print(f"{self.label}: {done:,} of {total:,} partitions", file=sys.stderr, flush=True)
 
 
-def _describe(storage: Storage, name: str) -> dict[str, object]:
-    meta = storage.topics.get(name)
-    parts = []
-    tick = _Ticker(f"describe {name}")
-    for p in range(meta.partitions):
-        tick(p, meta.partitions)
-        reader = PartitionReader(storage.fs, storage.root, name, p)
-        try:
-            view = reader.view()
-        except SparkLogError:
-            parts.append(
-                {
-                    "partition": p,
-                    "log_start_offset": 0,
-                    "high_watermark": 0,
-                    "segments": 0,
-                    "bytes": 0,
-                }
-            )
-            continue
-        m = view.manifest
-        parts.append(
-            {
-                "partition": p,
-                "log_start_offset": view.log_start_offset,
-                "high_watermark": view.high_watermark,
-                "segments": len(m.segments),
-                "sealed_segments": sum(1 for s in m.segments if s.sealed),
-                "bytes": sum(s.size_bytes for s in m.segments if not s.active) + view.hwm.position,
-            }
-        )
-    return {
-        "topic": meta.name,
-        "topic_id": meta.topic_id,
-        "partitions": meta.partitions,
-        "configs": meta.config.to_mapping(),
-        "partition_state": parts,
-    }
-
-
 def _topics_remote(args: argparse.Namespace) -> int:
     from sparklog.kafka import admin as kc
 
@@ -144,7 +106,7 @@ def _topics_remote(args: argparse.Namespace) -> int:
             for name in kc.list_topics(c):
                 print(name)
         elif args.action == "describe":
-            print(json.dumps(kc.describe_topic(c, args.name), indent=2))
+            cli_describe.show(kc.describe_topic(c, args.name), as_json=args.json)
         elif args.action == "alter":
             kc.alter_topic_configs(c, args.name, _parse_configs(args.config), args.delete_config)
             print(f"Altered configs of topic {args.name}.")
@@ -172,7 +134,8 @@ def _topics(args: argparse.Namespace) -> int:
         for name in storage.topics.list():
             print(name)
     elif args.action == "describe":
-        print(json.dumps(_describe(storage, args.name), indent=2))
+        doc = cli_describe.offline(storage, args.name, _Ticker(f"describe {args.name}"))
+        cli_describe.show(doc, as_json=args.json)
     elif args.action == "alter":
         with _writer_lease(storage):
             storage.topics.alter_configs(args.name, _parse_configs(args.config), args.delete_config)
@@ -392,18 +355,41 @@ def _add_etcd_arguments(p: argparse.ArgumentParser) -> None:
     )  # fmt: skip
 
 
+DESCRIPTION = (
+    "sparklog: Kafka-protocol streaming storage for Spark. Run a broker, manage topics, "
+    "consumer groups, users and ACLs, and schedule retention and compaction. "
+    "'sparklog COMMAND --help' shows a command's options."
+)
+TOPIC_ACTIONS = {
+    "create": "create a topic (through a broker, or offline in a storage root)",
+    "list": "list the topics",
+    "describe": "a topic's partitions, leaders, offsets and configs, as kafka-topics.sh "
+    "--describe prints them (--json: JSON)",
+    "alter": "set or reset a topic's configs",
+    "delete": "delete a topic and its data",
+}
+GROUP_ACTIONS = {
+    "list": "list the consumer groups and their states",
+    "describe": "a group's members, committed offsets and lag per partition",
+    "delete": "delete a group with no active members (and its committed offsets)",
+    "reset-offsets": "plan, and with --execute commit, new offsets for a group's topic",
+}
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="sparklog", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="sparklog", description=DESCRIPTION)
     parser.add_argument("--version", action="version", version=f"sparklog {sparklog.__version__}")
-    sub = parser.add_subparsers(dest="command", required=True)
-    topics = sub.add_parser("topics", help="create, list, describe, alter and delete topics")
-    tsub = topics.add_subparsers(dest="action", required=True)
-    for action in ("create", "list", "describe", "alter", "delete"):
-        p = tsub.add_parser(action)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    topics = add_command(sub, "topics", "create, list, describe, alter and delete topics")
+    tsub = topics.add_subparsers(dest="action", required=True, metavar="ACTION")
+    for action, text in TOPIC_ACTIONS.items():
+        p = add_command(tsub, action, text)
         if action != "list":
-            p.add_argument("name")
+            p.add_argument("name", help="the topic")
+        if action == "describe":
+            p.add_argument("--json", action="store_true", help="print JSON")
         if action == "create":
-            p.add_argument("--partitions", type=int, default=1)
+            p.add_argument("--partitions", type=int, default=1, help="how many (default 1)")
         if action in ("create", "alter"):
             p.add_argument(
                 "--config",
@@ -423,20 +409,20 @@ def build_parser() -> argparse.ArgumentParser:
         add_connection_arguments(p, required=False)
         p.add_argument("--data-dir", help="the storage root (offline use, no broker)")
         p.set_defaults(func=_topics)
-    groups = sub.add_parser("groups", help="consumer groups: list, describe (lag), delete, reset")
-    gsub = groups.add_subparsers(dest="action", required=True)
-    for action in ("list", "describe", "delete", "reset-offsets"):
-        g = gsub.add_parser(action)
+    groups = add_command(sub, "groups", "consumer groups: list, describe (lag), delete, reset")
+    gsub = groups.add_subparsers(dest="action", required=True, metavar="ACTION")
+    for action, text in GROUP_ACTIONS.items():
+        g = add_command(gsub, action, text)
         if action != "list":
-            g.add_argument("group")
+            g.add_argument("group", help="the group id")
         if action == "describe":
             g.add_argument("--json", action="store_true", help="print JSON")
         if action == "reset-offsets":
-            g.add_argument("--topic", required=True)
+            g.add_argument("--topic", required=True, help="the topic whose offsets move")
             to = g.add_mutually_exclusive_group(required=True)
-            to.add_argument("--to-earliest", action="store_true")
-            to.add_argument("--to-latest", action="store_true")
-            to.add_argument("--to-offset", type=int)
+            to.add_argument("--to-earliest", action="store_true", help="the log start offsets")
+            to.add_argument("--to-latest", action="store_true", help="the log end offsets")
+            to.add_argument("--to-offset", type=int, help="this offset (within the log)")
             to.add_argument("--to-datetime", metavar="ISO", help="e.g. 2026-11-21T10:00:00Z")
             to.add_argument("--shift-by", type=int, metavar="N", help="committed offset + N")
             run_mode = g.add_mutually_exclusive_group()
@@ -447,13 +433,13 @@ def build_parser() -> argparse.ArgumentParser:
         add_connection_arguments(g, required=True)
         g.set_defaults(func=_groups)
     add_parsers(sub)  # users, acls
-    broker = sub.add_parser("broker", help="run a broker")
-    bsub = broker.add_subparsers(dest="action", required=True)
-    start = bsub.add_parser("start", help="run a broker in the foreground")
+    broker = add_command(sub, "broker", "run a broker")
+    bsub = broker.add_subparsers(dest="action", required=True, metavar="ACTION")
+    start = add_command(bsub, "start", "run a broker in the foreground (SIGTERM stops it)")
     start.add_argument("--data-dir", help="the storage root (default: from --config, or ./data)")
     start.add_argument("--listen", help="HOST:PORT to listen on (default 127.0.0.1:9092)")
     start.add_argument("--config", help="a broker TOML file (see conf/broker.toml)")
-    start.add_argument("--node-id", type=int)
+    start.add_argument("--node-id", type=int, help="this broker's id (default 0)")
     start.add_argument("--advertised-host", help="the host clients are told to connect to")
     start.add_argument(
         "--etcd", metavar="HOST:PORT[,HOST:PORT...]",
@@ -472,24 +458,27 @@ def build_parser() -> argparse.ArgumentParser:
         help="serve Prometheus metrics at /metrics there (docs/metrics.md)",
     )  # fmt: skip
     start.set_defaults(func=_broker)
-    cluster = sub.add_parser("cluster", help="cluster mode: what etcd says (docs/cluster.md)")
-    csub = cluster.add_subparsers(dest="action", required=True)
-    cdesc = csub.add_parser("describe", help="live brokers, the controller, partition leaders")
-    cdesc.add_argument("--etcd", required=True, metavar="HOST:PORT[,HOST:PORT...]")
+    cluster = add_command(sub, "cluster", "cluster mode: what etcd says (docs/cluster.md)")
+    csub = cluster.add_subparsers(dest="action", required=True, metavar="ACTION")
+    cdesc = add_command(csub, "describe", "live brokers, the controller, partition leaders")
+    cdesc.add_argument("--etcd", required=True, metavar="HOST:PORT[,HOST:PORT...]",
+                       help="the etcd endpoints")  # fmt: skip
     _add_etcd_arguments(cdesc)
     cdesc.add_argument("--cluster", default="default", help="the cluster's name in etcd")
     cdesc.add_argument("--json", action="store_true", help="print JSON")
     cdesc.set_defaults(func=_cluster)
-    sched = sub.add_parser(
-        "scheduler", help="run retention and compaction on intervals from topic configs"
+    sched = add_command(
+        sub, "scheduler", "run retention and compaction on intervals from topic configs"
     )
     sched.add_argument("--data-dir", required=True, help="the storage root")
     sched.add_argument("--spark-submit", help="the spark-submit.sh to run (default: this one)")
     sched.add_argument(
         "--spark-args", default="", help='options for spark-submit, e.g. "--master yarn"'
     )
-    sched.add_argument("--min-interval", type=float, default=15.0, metavar="SECONDS")
-    sched.add_argument("--max-interval", type=float, default=300.0, metavar="SECONDS")
+    sched.add_argument("--min-interval", type=float, default=15.0, metavar="SECONDS",
+                       help="the shortest time between two checks of a topic (15)")  # fmt: skip
+    sched.add_argument("--max-interval", type=float, default=300.0, metavar="SECONDS",
+                       help="the longest time between two checks of a topic (300)")  # fmt: skip
     sched.add_argument(
         "--max-jobs", type=int, default=2,
         help="compaction jobs (Spark) running at once; retention runs in the scheduler itself",

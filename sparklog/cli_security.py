@@ -50,6 +50,15 @@ def client_settings(bootstrap: str, command_config: str | None = None) -> Client
         raise ValueError(f"{where}: {e}") from None
 
 
+def add_command(sub: Any, name: str, text: str) -> argparse.ArgumentParser:
+    """A subcommand of ``sub`` whose line ``text`` shows in its parent's help and heads its
+    own (every ``sparklog`` command and action is made here)."""
+    p: argparse.ArgumentParser = sub.add_parser(
+        name, help=text, description=text[0].upper() + text[1:] + "."
+    )
+    return p
+
+
 def add_connection_arguments(p: argparse.ArgumentParser, *, required: bool) -> None:
     p.add_argument("--bootstrap-server", required=required, help="HOST:PORT of a broker")
     p.add_argument(
@@ -207,30 +216,51 @@ def _print_acls(acls: Sequence[Any]) -> None:
 
 # ---------------------------------------------------------------------------- parsers
 
+USER_ACTIONS = {
+    "add": "set a user's SCRAM credential (the password on the first line of stdin)",
+    "list": "list the users and their SCRAM mechanisms",
+    "delete": "delete a user's credential for one mechanism",
+}
+ACL_ACTIONS = {
+    "list": "list the ACLs matching the resources and principals given (all without any)",
+    "add": "add an ACL per resource, principal, host and operation",
+    "remove": "remove the ACLs matching the resources, principals, hosts and operations",
+}
+ACL_FLAGS = {
+    "--allow-principal": "a principal the ACL allows (User:NAME)",
+    "--deny-principal": "a principal the ACL denies (User:NAME)",
+    "--allow-host": "a host allowed (default *)",
+    "--deny-host": "a host denied (default *)",
+    "--principal": "list: ACLs of this principal",
+    "--topic": "a topic resource",
+    "--group": "a consumer group resource",
+    "--transactional-id": "a transactional id resource",
+}
+
 
 def add_parsers(sub: Any) -> None:
     """The ``users`` and ``acls`` subcommands, on the top-level subparsers ``sub``."""
-    users = sub.add_parser("users", help="SCRAM users: add (password on stdin), list, delete")
-    usub = users.add_subparsers(dest="action", required=True)
-    for action in ("add", "list", "delete"):
-        u = usub.add_parser(action)
+    users = add_command(sub, "users", "SCRAM users: add (password on stdin), list, delete")
+    usub = users.add_subparsers(dest="action", required=True, metavar="ACTION")
+    for action, text in USER_ACTIONS.items():
+        u = add_command(usub, action, text)
         if action != "list":
-            u.add_argument("name")
+            u.add_argument("name", help="the user")
             u.add_argument("--mechanism", required=True, type=str.upper,
                            choices=("SCRAM-SHA-256", "SCRAM-SHA-512"))  # fmt: skip
         if action == "add":
-            u.add_argument("--iterations", type=int, default=4096)
+            u.add_argument("--iterations", type=int, default=4096,
+                           help="SCRAM iterations (4096, Kafka's minimum)")  # fmt: skip
         add_connection_arguments(u, required=False)
         u.add_argument("--data-dir", help="the storage root (offline use, no broker)")
         u.set_defaults(func=_users)
-    acls = sub.add_parser("acls", help="Kafka ACLs: list, add, remove (through a broker)")
-    asub = acls.add_subparsers(dest="action", required=True)
-    for action in ("list", "add", "remove"):
-        a = asub.add_parser(action)
+    acls = add_command(sub, "acls", "Kafka ACLs: list, add, remove (through a broker)")
+    asub = acls.add_subparsers(dest="action", required=True, metavar="ACTION")
+    for action, text in ACL_ACTIONS.items():
+        a = add_command(asub, action, text)
         add_connection_arguments(a, required=True)
-        for flag in ("--allow-principal", "--deny-principal", "--allow-host", "--deny-host",
-                     "--principal", "--topic", "--group", "--transactional-id"):  # fmt: skip
-            a.add_argument(flag, action="append", default=[])
+        for flag, what in ACL_FLAGS.items():
+            a.add_argument(flag, action="append", default=[], help=f"{what}, repeatable")
         a.add_argument("--operation", action="append", default=[], type=str.upper,
                        help="READ, WRITE, CREATE, DELETE, ALTER, DESCRIBE, ALL, ...")  # fmt: skip
         a.add_argument("--cluster", action="store_true", help="the cluster resource")

@@ -202,6 +202,8 @@ def describe_topic(client: KafkaClient, name: str) -> dict[str, Any]:
         "topic_id": t.topic_id.hex,
         "partitions": len(parts),
         "configs": {c.name: c.value for c in cfg.configs},
+        # what Kafka's kafka-topics --describe lists: not DEFAULT_CONFIG (source 5)
+        "non_default_configs": {c.name: c.value for c in cfg.configs if c.config_source != 5},
         "partition_state": [
             {
                 "partition": i,

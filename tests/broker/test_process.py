@@ -72,7 +72,7 @@ def test_cli_topics_through_the_broker(broker: BrokerProcess) -> None:
                   "cleanup.policy=compact", *b)  # fmt: skip
     assert created.returncode == 0, created.stderr
     assert cli("topics", "list", *b).stdout.split() == ["orders"]
-    doc = json.loads(cli("topics", "describe", "orders", *b).stdout)
+    doc = json.loads(cli("topics", "describe", "orders", "--json", *b).stdout)
     assert doc["partitions"] == 3
     assert doc["configs"]["cleanup.policy"] == "compact"
     assert [p["high_watermark"] for p in doc["partition_state"]] == [0, 0, 0]
@@ -86,7 +86,7 @@ def test_cli_topics_through_the_broker(broker: BrokerProcess) -> None:
 
 def test_cli_describe_reports_offsets(broker: BrokerProcess) -> None:
     _produce(broker.bootstrap, "counted", 7)
-    doc = json.loads(cli("topics", "describe", "counted", "--bootstrap-server",
+    doc = json.loads(cli("topics", "describe", "counted", "--json", "--bootstrap-server",
                          broker.bootstrap).stdout)  # fmt: skip
     assert doc["partition_state"][0]["high_watermark"] == 7
 

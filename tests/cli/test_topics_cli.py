@@ -10,6 +10,8 @@ from pathlib import Path
 import pytest
 
 import sparklog
+from sparklog.cli_describe import kafka_uuid
+from sparklog.harness import BrokerProcess
 from sparklog.storage import Storage
 from sparklog.storage.lease import DATA_DIR
 
@@ -46,7 +48,7 @@ def test_create_list_describe_delete(root: str) -> None:
     assert created.returncode == 0, created.stderr
     assert "orders" in created.stdout
     assert run("topics", "list", "--data-dir", root).stdout.split() == ["orders"]
-    described = run("topics", "describe", "orders", "--data-dir", root)
+    described = run("topics", "describe", "orders", "--json", "--data-dir", root)
     doc = json.loads(described.stdout)
     assert doc["partitions"] == 3
     assert doc["configs"]["cleanup.policy"] == "compact"
@@ -140,3 +142,65 @@ def test_long_offline_operations_say_how_far_they_are(capsys: pytest.CaptureFixt
     quiet = _Ticker("describe t")  # the first 2 s say nothing: most runs are quicker
     quiet(1, 3)
     assert capsys.readouterr().err == ""
+
+
+def test_describe_prints_kafkas_lines_offline(root: str) -> None:
+    """As ``kafka-topics.sh --describe`` prints a topic (its fields checked against Kafka
+    4.3.1's TopicCommand, see ``sparklog.cli_describe``): a first line, then one per
+    partition, tab-separated; offline there is no leader, and sparklog adds its offsets
+    and what is on disk."""
+    storage = Storage(root)
+    storage.topics.create("orders", 2, {"cleanup.policy": "compact"})
+    meta = storage.topics.get("orders")
+    out = run("topics", "describe", "orders", "--data-dir", root)
+    assert out.returncode == 0, out.stderr
+    first, *parts = out.stdout.splitlines()
+    assert first.split("\t") == [
+        "Topic: orders", f"TopicId: {kafka_uuid(meta.topic_id)}", "PartitionCount: 2",
+        "Configs: cleanup.policy=compact",
+    ]  # fmt: skip
+    assert [p.split("\t") for p in parts] == [
+        ["", "Topic: orders", f"Partition: {i}", "LogStartOffset: 0", "HighWatermark: 0",
+         "Segments: 1", "Bytes: 0"]
+        for i in range(2)
+    ]  # fmt: skip
+
+
+def test_a_topic_id_is_printed_as_kafka_prints_a_uuid() -> None:
+    # Kafka's Uuid.toString: base64url of the 16 bytes, unpadded (22 characters)
+    assert kafka_uuid("0" * 31 + "1") == "AAAAAAAAAAAAAAAAAAAAAQ"
+    assert kafka_uuid("ffffffffffffffffffffffffffffffff") == "_____________________w"
+
+
+def test_describe_through_a_broker_prints_kafkas_lines_with_leaders_and_offsets(
+    tmp_path: Path,
+) -> None:
+    """The lines of ``kafka-topics.sh --describe``, with sparklog's offsets after Kafka's
+    fields; only configs not at their default are listed, as Kafka lists them. Checked by
+    running Kafka 4.3.1's TopicCommand against Kafka 4.3.1 and against sparklog: the same
+    fields, in this order, and the same TopicId for a sparklog topic (against sparklog it
+    prints ``Elr: N/A``, having no DescribeTopicPartitions to ask; Kafka's own are empty)."""
+    from confluent_kafka import Producer
+
+    with BrokerProcess(str(tmp_path / "data")) as broker:
+        b = ("--bootstrap-server", broker.bootstrap)
+        created = run("topics", "create", "orders", "--partitions", "2", "--config",
+                      "cleanup.policy=compact", *b)  # fmt: skip
+        assert created.returncode == 0, created.stderr
+        p = Producer({"bootstrap.servers": broker.bootstrap, "acks": "all"})
+        for i in range(7):
+            p.produce("orders", key=b"k%d" % i, value=b"v%d" % i, partition=1)
+        assert p.flush(30) == 0
+        out = run("topics", "describe", "orders", *b)
+        doc = json.loads(run("topics", "describe", "orders", "--json", *b).stdout)
+    assert out.returncode == 0, out.stderr
+    first, *parts = out.stdout.splitlines()
+    assert first.split("\t") == [
+        "Topic: orders", f"TopicId: {kafka_uuid(doc['topic_id'])}", "PartitionCount: 2",
+        "ReplicationFactor: 1", "Configs: cleanup.policy=compact",
+    ]  # fmt: skip
+    assert [p.split("\t") for p in parts] == [
+        ["", "Topic: orders", f"Partition: {i}", "Leader: 0", "Replicas: 0", "Isr: 0", "Elr: ",
+         "LastKnownElr: ", "LogStartOffset: 0", f"HighWatermark: {hw}"]
+        for i, hw in ((0, 0), (1, 7))
+    ]  # fmt: skip
