@@ -1,5 +1,8 @@
 """Produce: decode, check, append, then (acks != 0) wait for the group-commit fsync.
 
+A transactional batch from a fenced epoch is INVALID_PRODUCER_EPOCH, never
+PRODUCER_FENCED, in every version, as in Kafka: that is the answer clients treat as fatal.
+
 Every partition of a request is appended before any fsync is awaited, so one request's
 partitions share fsyncs with each other and with other requests. A partition that fails
 gets its error code; the others are unaffected and nothing partial is ever written: a
@@ -27,6 +30,7 @@ from sparklog.errors import (
     LogClosedError,
     NotLeaderError,
     OutOfOrderSequenceError,
+    ProducerFencedError,
     RecordTooLargeError,
     SparkLogError,
     UnknownProducerError,
@@ -109,9 +113,15 @@ def _append_one(
     if batch.transactional:
         if transactional_id is None:
             raise InvalidBatchError("a transactional batch needs the request's transactional id")
-        ctx.transactions.verify(
-            transactional_id, batch.producer_id, batch.producer_epoch, (topic, index)
-        )
+        try:
+            ctx.transactions.verify(
+                transactional_id, batch.producer_id, batch.producer_epoch, (topic, index)
+            )
+        except ProducerFencedError as e:
+            # Kafka's produce path answers a fenced epoch INVALID_PRODUCER_EPOCH, whatever
+            # the coordinator said (AddPartitionsToTxnManager converts PRODUCER_FENCED):
+            # clients take only that as fatal here, PRODUCER_FENCED as abortable
+            raise InvalidProducerEpochError(f"{topic}-{index}: {e}") from e
     outcome = manager.append(handle, batch)
     metrics = ctx.services.metrics
     if metrics is not None and not outcome.duplicate:
