@@ -5,6 +5,11 @@ Values arrive as strings (as in Kafka's CreateTopics and the CLI) or as Python v
 ``compression.type`` applies to record batches served to Kafka consumers (``producer``: in
 the codec each batch was produced with, kept in the records' attribute bits); sealed
 segments are always zstd Parquet and the active segment holds uncompressed Arrow.
+
+``flush.messages`` and ``flush.ms`` (Kafka's fsync policy: after so many records, after so
+long) are accepted with Kafka's types, ranges and defaults, stored and described, and change
+nothing: the log fsyncs every record before it is acknowledged (group commit), which is
+what ``flush.messages=1`` asks of Kafka, so no setting can ask for more.
 """
 
 from __future__ import annotations
@@ -128,6 +133,9 @@ _PARSERS: dict[str, tuple[str, Callable[[Any], Any]]] = {
         "index_interval_bytes",
         _int_parser("index.interval.bytes", 0, _INT_MAX),
     ),
+    # accepted and kept, no effect: every acknowledged record is already durable
+    "flush.messages": ("flush_messages", _int_parser("flush.messages", 1, _LONG_MAX)),
+    "flush.ms": ("flush_ms", _int_parser("flush.ms", 0, _LONG_MAX)),
     # broker-side schema validation (docs/schemas.md): Confluent Server's names
     "confluent.value.schema.validation": (
         "value_schema_validation",
@@ -166,6 +174,8 @@ class TopicConfig:
     min_cleanable_dirty_ratio: float = 0.5
     file_delete_delay_ms: int = 60_000
     index_interval_bytes: int = 4096
+    flush_messages: int = _LONG_MAX
+    flush_ms: int = _LONG_MAX
     value_schema_validation: bool = False
     key_schema_validation: bool = False
     value_subject_name_strategy: str = "TopicNameStrategy"

@@ -391,6 +391,56 @@ def test_a_bad_config_change_is_refused_and_changes_nothing(broker: BrokerProces
     assert admin.describe_configs(broker.bootstrap, "guarded")["retention.ms"] == "3600000"
 
 
+LONG_MAX = str(2**63 - 1)
+
+
+def test_flush_configs_are_accepted_stored_and_described(broker: BrokerProcess) -> None:
+    """``flush.messages`` and ``flush.ms`` are accepted as Kafka accepts them (and change
+    nothing: every acknowledged record is already fsynced). Apache Kafka 4.3.1 took the
+    same calls through this AdminClient with the same results, Long.MAX_VALUE being its
+    default of both (bench/_kafka.py)."""
+    from confluent_kafka.admin import ResourceType
+
+    admin, bootstrap = ConfluentAdmin(), broker.bootstrap
+    flush = {"flush.messages": "1", "flush.ms": "0"}
+    assert admin.create_topic(bootstrap, "flushed", 1, flush) == 0
+    configs = admin.describe_configs(bootstrap, "flushed")
+    assert (configs["flush.messages"], configs["flush.ms"]) == ("1", "0")
+    admin.incremental_alter_configs(bootstrap, ResourceType.TOPIC, "flushed",
+                                    [("SET", "flush.ms", "1000"),
+                                     ("DELETE", "flush.messages", None)])  # fmt: skip
+    configs = admin.describe_configs(bootstrap, "flushed")
+    assert (configs["flush.messages"], configs["flush.ms"]) == (LONG_MAX, "1000")
+    admin.alter_configs(bootstrap, "flushed", {"flush.messages": "7"})
+    configs = admin.describe_configs(bootstrap, "flushed")
+    assert (configs["flush.messages"], configs["flush.ms"]) == ("7", LONG_MAX)
+    config = stored_topic(broker, "flushed").config
+    assert (config.flush_messages, config.flush_ms) == (7, 2**63 - 1)
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [("flush.messages", "0"), ("flush.messages", "-1"), ("flush.ms", "-1"),
+     ("flush.ms", "1.5"), ("flush.ms", "9223372036854775808"), ("flush.messages", "abc")],
+)  # fmt: skip
+def test_flush_configs_outside_kafkas_range_are_invalid_config(
+    broker: BrokerProcess, name: str, value: str
+) -> None:
+    """Kafka 4.3.1 refuses each of these with INVALID_CONFIG (flush.messages is a long of
+    at least 1, flush.ms one of at least 0), at creation and in IncrementalAlterConfigs."""
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import ResourceType
+
+    admin = ConfluentAdmin()
+    assert admin.create_topic(broker.bootstrap, "unflushed", 1, {name: value}) == INVALID_CONFIG
+    assert admin.create_topic(broker.bootstrap, "flushable", 1, {}) == 0
+    with pytest.raises(KafkaException, match="INVALID_CONFIG"):
+        admin.incremental_alter_configs(
+            broker.bootstrap, ResourceType.TOPIC, "flushable", [("SET", name, value)]
+        )
+    assert admin.describe_configs(broker.bootstrap, "flushable")[name] == LONG_MAX
+
+
 def test_an_open_partition_uses_changed_configs_at_once(broker: BrokerProcess) -> None:
     from confluent_kafka.admin import ResourceType
 

@@ -18,6 +18,7 @@ def test_defaults_are_kafkas() -> None:
     assert c.max_message_bytes == 1_048_588
     assert c.message_timestamp_type == "CreateTime"
     assert c.compression_type == "producer"
+    assert (c.flush_messages, c.flush_ms) == (2**63 - 1, 2**63 - 1)  # Long.MAX_VALUE
 
 
 def test_string_values_are_parsed() -> None:
@@ -44,6 +45,9 @@ def test_unknown_config_names_the_config() -> None:
         ("compression.type", "brotli"),
         ("min.cleanable.dirty.ratio", "1.5"),
         ("segment.ms", "0"),
+        ("flush.messages", "0"),
+        ("flush.ms", "-1"),
+        ("flush.ms", str(2**63)),
     ],
 )
 def test_out_of_range_values_are_rejected(name: str, value: str) -> None:
