@@ -421,7 +421,8 @@ def encode_batches(
     ``sparklog._columns`` (no Python object per record) or, with headers, record by record
     through aiokafka's builder, then compressed with ``codec``; ``PRODUCER_CODEC`` (Kafka's
     ``compression.type=producer``) compresses each with the codec its producer used (the
-    stored attributes' codec bits; none for records stored before the bits existed)."""
+    stored attributes' codec bits; none for records stored before the bits existed).
+    Control batches (transaction markers) are never compressed, as Kafka's are not."""
     out = bytearray()
     for batch in (run for b in batches for run in _runs(b)):
         n = batch.num_rows
@@ -434,7 +435,10 @@ def encode_batches(
         epoch = batch.column("producer_epoch")[0].as_py()
         seq0 = batch.column("sequence")[0].as_py()
         flags = batch.column("attributes")[0].as_py() if "attributes" in batch.schema.names else 0
-        out_codec = flags & CODEC_MASK if codec == PRODUCER_CODEC else codec
+        # a marker is served as the log wrote it, uncompressed, whatever the topic's
+        # compression.type (as Kafka serves its markers)
+        fixed = codec != PRODUCER_CODEC and not flags & CONTROL_BIT
+        out_codec = codec if fixed else flags & CODEC_MASK
         flags &= TRANSACTIONAL_BIT | CONTROL_BIT
         if _columns is not None and not has_headers:
             for start in range(0, n, max_records):

@@ -11,7 +11,8 @@ producing 100 compressible records per codec into ``compression.type=producer`` 
 then the same raw Fetch v12: Kafka returned each producer's batch with attributes 0, 1, 2,
 3, 4 for none, gzip, snappy, lz4, zstd (for snappy: attributes 2, the producer's own bytes),
 and from a ``compression.type=zstd`` topic attributes 4 for both a none and a snappy
-producer.
+producer. A transactional lz4 producer's batch came back as 0x13 (0x14 from a zstd topic)
+and its commit marker as 0x30 from both: markers are never compressed.
 """
 
 from __future__ import annotations
@@ -43,6 +44,8 @@ TOPICS = {
     **{f"sealed-{c}": {"segment.bytes": "100"} for c in CODEC_BITS},
     **{f"zstd-{c}": {"compression.type": "zstd"} for c in ("none", "snappy")},
 }
+# A transactional lz4 producer's one committed transaction, in a topic of each kind.
+TXN_TOPICS = {"txn-producer": {}, "txn-zstd": {"compression.type": "zstd"}}
 
 
 def _produce(bootstrap: str, topic: str, codec: str, first: int, stop: int) -> None:
@@ -54,6 +57,16 @@ def _produce(bootstrap: str, topic: str, codec: str, first: int, stop: int) -> N
     assert p.flush(30) == 0
 
 
+def _produce_transaction(bootstrap: str, topic: str) -> None:
+    p = Producer({"bootstrap.servers": bootstrap, "compression.codec": "lz4",
+                  "linger.ms": 100, "transactional.id": f"tx-{topic}"})  # fmt: skip
+    p.init_transactions(30)
+    p.begin_transaction()
+    for i in range(COUNT):
+        p.produce(topic, value=VALUES[i], key=b"key-%d" % i, partition=0)
+    p.commit_transaction(30)
+
+
 @pytest.fixture(scope="module")
 def produced(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
     """One broker; each topic of TOPICS holds VALUES produced by confluent-kafka with the
@@ -61,7 +74,8 @@ def produced(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess
     b = BrokerProcess(str(tmp_path_factory.mktemp("codecs") / "data")).start()
     try:
         admin = AdminClient({"bootstrap.servers": b.bootstrap})
-        futures = admin.create_topics([NewTopic(t, 1, 1, config=c) for t, c in TOPICS.items()])
+        topics = {**TOPICS, **TXN_TOPICS}
+        futures = admin.create_topics([NewTopic(t, 1, 1, config=c) for t, c in topics.items()])
         for f in futures.values():
             f.result(30)
         for topic in TOPICS:
@@ -71,6 +85,8 @@ def produced(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess
                 _produce(b.bootstrap, topic, codec, COUNT // 2, COUNT)
             else:
                 _produce(b.bootstrap, topic, codec, 0, COUNT)
+        for topic in TXN_TOPICS:
+            _produce_transaction(b.bootstrap, topic)
         storage = Storage(b.data_dir)
         for topic in (t for t in TOPICS if t.startswith("sealed-")):
             reader = storage.reader(topic, 0)  # sealing runs in the background
@@ -103,9 +119,14 @@ def _fetch(bootstrap: str, topic: str) -> bytes:
     return bytes(part.records or b"")
 
 
+def _attributes(data: bytes) -> list[int]:
+    """The attributes of each record batch of a fetch response's records."""
+    return [struct.unpack_from(">h", b, 21)[0] for b in split_batches(data)]
+
+
 def _codecs(data: bytes) -> list[int]:
     """The codec bits of each record batch of a fetch response's records."""
-    return [struct.unpack_from(">h", b, 21)[0] & 0x07 for b in split_batches(data)]
+    return [a & 0x07 for a in _attributes(data)]
 
 
 @pytest.mark.parametrize("codec", CODEC_BITS)
@@ -154,3 +175,16 @@ def test_consumers_read_the_compressed_batches(
     assert [(r.offset, r.key, r.value) for r in got] == [
         (i, b"key-%d" % i, v) for i, v in enumerate(VALUES)
     ]
+
+
+@pytest.mark.parametrize(("topic", "data_batch"), [("txn-producer", 0x13), ("txn-zstd", 0x14)])
+def test_a_transactions_batch_keeps_its_codec_and_its_marker_stays_uncompressed(
+    produced: BrokerProcess, topic: str, data_batch: int
+) -> None:
+    got: list[int] = []
+    for _ in deadline_loop(30):  # the marker is written once the commit is acknowledged
+        got = _attributes(_fetch(produced.bootstrap, topic))
+        if len(got) == 2:
+            break
+        time.sleep(0.05)
+    assert got == [data_batch, 0x30]  # transactional | codec; control | transactional

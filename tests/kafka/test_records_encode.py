@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from sparklog.kafka import records as R
 from sparklog.kafka.records import encode_batches, split_batches
 from sparklog.storage.producers import ProducerBatch
-from sparklog.storage.records import TIMESTAMP_TYPE, normalize
+from sparklog.storage.records import TIMESTAMP_TYPE, control_record, normalize
 
 pytestmark = pytest.mark.skipif(R._columns is None, reason="sparklog._columns is not built")
 
@@ -126,3 +126,14 @@ def test_records_stored_without_codec_bits_are_served_uncompressed() -> None:
     batch = stored([(b"k", b"v", 0, 1)] * 3, append_time=False, producer=True)
     assert batch.column("attributes").to_pylist() == [0, 0, 0]  # as in segments from before
     assert [codec for codec, _ in _served(encode_batches([batch]))] == [0]
+
+
+def test_a_transaction_marker_is_never_compressed() -> None:
+    """As Kafka 4.3.1 serves it: a transactional lz4 producer's commit marker came back
+    uncompressed (attributes 0x30) from a ``compression.type=zstd`` topic too."""
+    marker = normalize(control_record(True, 0), base_offset=7, now_ms=0, log_append_time=False,
+                       producer=ProducerBatch(5, 0, -1, 1, transactional=True))  # fmt: skip
+    marker = marker.set_column(9, "attributes", pa.array([0x30], pa.int8()))
+    for codec in (R.PRODUCER_CODEC, 4):
+        (view,) = split_batches(encode_batches([marker], codec=codec))
+        assert view[22] == 0x30
