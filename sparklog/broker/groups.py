@@ -1,8 +1,8 @@
 """The group coordinator: Kafka's classic consumer-group protocol.
 
-States (as Kafka's ``GroupMetadata``): Empty -> PreparingRebalance -> CompletingRebalance
--> Stable, and back to PreparingRebalance whenever a member joins, leaves, changes its
-subscription or misses its session timeout; Dead once deleted.
+States (as Kafka's ``ClassicGroup``): Empty -> PreparingRebalance -> CompletingRebalance
+-> Stable, and back to PreparingRebalance when a new member joins, a member leaves, changes
+its metadata or misses its session timeout, or the leader rejoins; Dead once deleted.
 
 Join: a member without an id is given one and told MEMBER_ID_REQUIRED (JoinGroup v4+,
 KIP-394); it rejoins with it. A rebalance completes when every known member has rejoined,
@@ -16,6 +16,18 @@ instance across restarts; a newer member id for the same instance fences the old
 (FENCED_INSTANCE_ID). A static member that restarts (no member id, a known instance) into a
 Stable group with an unchanged subscription takes its old place and assignment with no
 rebalance (KIP-345); a returning leader is told to skip the assignment (KIP-814).
+
+Rejoin (Kafka's ``classicGroupJoinExistingMember``): a known member's JoinGroup with the
+protocols and metadata it registered is answered at once with the current generation,
+protocol and leader, rebalancing nothing, from a follower of a Stable group (a client whose
+answer was lost) or any member during CompletingRebalance (the leader's lists the members).
+The leader's JoinGroup in a Stable group (it rejoins to reassign when topics change) and
+changed metadata start a rebalance.
+
+Sessions: each member has its own timer, armed for its session timeout by its join, every
+heartbeat, SyncGroup and commit, and firing at that deadline (Kafka's heartbeat timer): the
+member is removed and the group rebalances, unless it waits in a JoinGroup. A member id
+handed out with MEMBER_ID_REQUIRED that does not come back expires the same way.
 
 Offset commits are checked as Kafka checks them: a commit with generation -1 and no member
 id (a standalone client, a Spark query, an admin reset) is accepted only while the group
@@ -75,7 +87,7 @@ class Member:
     protocol_type: str
     protocols: list[tuple[str, bytes]]
     assignment: bytes = b""
-    last_seen: float = field(default_factory=time.monotonic)
+    expiry: asyncio.TimerHandle | None = None  # the session timer (see the module docstring)
     join_future: asyncio.Future[dict[str, Any]] | None = None
     sync_future: asyncio.Future[bytes] | None = None
 
@@ -108,7 +120,7 @@ class Group:
     protocol_name: str | None = None
     leader_id: str | None = None
     members: dict[str, Member] = field(default_factory=dict)
-    pending_ids: dict[str, float] = field(default_factory=dict)  # member id -> expiry
+    pending_ids: dict[str, asyncio.TimerHandle] = field(default_factory=dict)  # -> its expiry
     static: dict[str, str] = field(default_factory=dict)
     rebalance_task: asyncio.Task[None] | None = None
 
@@ -151,21 +163,20 @@ class GroupCoordinator:
         self.initial_delay_s = initial_rebalance_delay_ms / 1000
         self.min_session_ms = min_session_timeout_ms
         self.max_session_ms = max_session_timeout_ms
-        self._expiry_task: asyncio.Task[None] | None = None
 
     # ------------------------------------------------------------------ lifecycle
 
     def start(self) -> None:
-        self._expiry_task = asyncio.get_running_loop().create_task(self._expire_loop())
+        """Nothing runs until the first request: session timers are armed per member."""
 
     async def stop(self) -> None:
-        if self._expiry_task is not None:
-            self._expiry_task.cancel()
-            await asyncio.gather(self._expiry_task, return_exceptions=True)
         for group in self.groups.values():
             if group.rebalance_task is not None:
                 group.rebalance_task.cancel()
+            self._drop_pending(group)
             for m in group.members.values():
+                if m.expiry is not None:
+                    m.expiry.cancel()
                 for fut in (m.join_future, m.sync_future):
                     if fut is not None and not fut.done():
                         fut.cancel()
@@ -228,12 +239,16 @@ class GroupCoordinator:
         elif not member_id:
             member_id = f"{req.client_id or 'member'}-{uuid.uuid4()}"
             if req.requires_known_member_id:
-                group.pending_ids[member_id] = time.monotonic() + req.session_timeout_ms / 1000
+                group.pending_ids[member_id] = asyncio.get_running_loop().call_later(
+                    req.session_timeout_ms / 1000, self._pending_expired, group, member_id
+                )
                 return self._join_error(ErrorCode.member_id_required, member_id)
         elif member_id not in group.members and member_id not in group.pending_ids:
             raise UnknownMemberIdError(f"group {req.group_id!r} has no member {member_id!r}")
-        group.pending_ids.pop(member_id, None)
         member = group.members.get(member_id)
+        if member is not None and self._unchanged_rejoin(group, member, req):
+            return self._joined(group, member_id)
+        self._drop_pending(group, member_id)
         if member is None:
             member = Member(
                 member_id, req.group_instance_id, req.client_id, req.client_host,
@@ -244,17 +259,28 @@ class GroupCoordinator:
         member.protocols = list(req.protocols)
         member.session_timeout_ms = req.session_timeout_ms
         member.rebalance_timeout_ms = req.rebalance_timeout_ms
-        member.last_seen = time.monotonic()
+        self._touch(group, member)
         group.protocol_type = req.protocol_type
         if member.join_future is not None and not member.join_future.done():
             member.join_future.cancel()
         fut: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
         member.join_future = fut
-        # in the classic protocol every join, even one with an unchanged subscription,
-        # starts a rebalance; the leader decides whether assignments change
+        # a new member, changed metadata, the leader's rejoin in a Stable group, or any
+        # join during PreparingRebalance (see _unchanged_rejoin for the others)
         self._prepare_rebalance(group, f"member {member_id} joined")
         self._maybe_complete(group)
         return await fut
+
+    @staticmethod
+    def _unchanged_rejoin(group: Group, member: Member, req: JoinRequest) -> bool:
+        """A known member's JoinGroup that Kafka answers with the current generation and no
+        rebalance: the protocols and metadata it registered, in a CompletingRebalance group,
+        or in a Stable one from a follower (a leader rejoins to have the group reassigned)."""
+        if member.protocols != list(req.protocols):
+            return False
+        if group.state == State.COMPLETING:
+            return True
+        return group.state == State.STABLE and member.member_id != group.leader_id
 
     def _unchanged_static_rejoin(self, group: Group, old: str | None, req: JoinRequest) -> bool:
         """A static member restarting (a new member id for a known instance) into a Stable
@@ -279,6 +305,7 @@ class GroupCoordinator:
             list(req.protocols), assignment=prev.assignment,
         )  # fmt: skip
         group.members[member_id] = member
+        self._touch(group, member)
         assert req.group_instance_id is not None
         group.static[req.group_instance_id] = member_id
         leader = group.leader_id == old
@@ -301,30 +328,16 @@ class GroupCoordinator:
              "metadata": m.metadata_for(protocol)}
             for m in group.members.values()
         ] if member_id == group.leader_id else []  # fmt: skip
-        return {
-            "throttle_time": 0,
-            "error_code": ErrorCode.none,
-            "generation_id": group.generation,
-            "protocol_type": group.protocol_type,
-            "protocol_name": group.protocol_name,
-            "leader": group.leader_id,
-            "skip_assignment": skip_assignment,
-            "member_id": member_id,
-            "members": members,
-        }
+        return {**self._join_error(ErrorCode.none, member_id),
+                "generation_id": group.generation, "protocol_type": group.protocol_type,
+                "protocol_name": group.protocol_name, "leader": group.leader_id,
+                "skip_assignment": skip_assignment, "members": members}  # fmt: skip
 
     def _join_error(self, code: ErrorCode, member_id: str = "") -> dict[str, Any]:
-        return {
-            "throttle_time": 0,
-            "error_code": code,
-            "generation_id": -1,
-            "protocol_type": None,
-            "protocol_name": None,
-            "leader": "",
-            "skip_assignment": False,
-            "member_id": member_id,
-            "members": [],
-        }
+        """The answer of a JoinGroup refused with ``code``: no generation, protocol or leader."""
+        return {"throttle_time": 0, "error_code": code, "generation_id": -1,
+                "protocol_type": None, "protocol_name": None, "leader": "",
+                "skip_assignment": False, "member_id": member_id, "members": []}  # fmt: skip
 
     def _candidate_protocols(self, group: Group) -> set[str]:
         sets = [{n for n, _ in m.protocols} for m in group.members.values()]
@@ -383,7 +396,7 @@ class GroupCoordinator:
     def _complete(self, group: Group) -> None:
         group.rebalance_task = None
         group.generation += 1
-        group.pending_ids.clear()
+        self._drop_pending(group)
         if not group.members:
             group.state = State.EMPTY
             group.leader_id = None
@@ -405,7 +418,7 @@ class GroupCoordinator:
             if m.join_future is not None and not m.join_future.done():
                 m.join_future.set_result(response)
             m.join_future = None
-            m.last_seen = time.monotonic()
+            self._touch(group, m)
 
     def _select_protocol(self, group: Group) -> str:
         candidates = self._candidate_protocols(group)
@@ -431,7 +444,7 @@ class GroupCoordinator:
         member = group.members.get(member_id)
         if member is None:
             raise UnknownMemberIdError(f"group {group_id!r} has no member {member_id!r}")
-        member.last_seen = time.monotonic()
+        self._touch(group, member)
         return group, member
 
     def _check_generation(self, group: Group, generation: int, rebalancing: State) -> None:
@@ -488,6 +501,9 @@ class GroupCoordinator:
         m = group.members.pop(member_id, None)
         if m is None:
             return
+        if m.expiry is not None:
+            m.expiry.cancel()
+            m.expiry = None
         if m.group_instance_id is not None and group.static.get(m.group_instance_id) == member_id:
             del group.static[m.group_instance_id]
         self._fail(m, UnknownMemberIdError(f"member {member_id!r} left the group"))
@@ -511,29 +527,43 @@ class GroupCoordinator:
             m.sync_future.set_exception(exc)
         m.sync_future = None
 
-    async def _expire_loop(self) -> None:
-        while True:
-            await asyncio.sleep(0.2)
-            now = time.monotonic()
-            for group in list(self.groups.values()):
-                # a member id handed out with MEMBER_ID_REQUIRED that never came back
-                stale = [mid for mid, until in group.pending_ids.items() if now > until]
-                for mid in stale:
-                    log.info("group %s: pending member %s never joined", group.group_id, mid)
-                    del group.pending_ids[mid]
-                if stale:
-                    self._maybe_complete(group)
-                expired = [
-                    mid
-                    for mid, m in group.members.items()
-                    if (m.join_future is None or m.join_future.done())
-                    and now - m.last_seen > m.session_timeout_ms / 1000
-                ]
-                for mid in expired:
-                    log.info("group %s: member %s session expired", group.group_id, mid)
-                    self._remove(group, mid)
-                if expired:
-                    self._after_removal(group, "session timeout")
+    # ------------------------------------------------------------------ sessions
+
+    def _touch(self, group: Group, member: Member) -> None:
+        """Arm ``member``'s session timer afresh: one session timeout from now."""
+        if member.expiry is not None:
+            member.expiry.cancel()
+        member.expiry = asyncio.get_running_loop().call_later(
+            member.session_timeout_ms / 1000, self._session_expired, group, member
+        )
+
+    def _session_expired(self, group: Group, member: Member) -> None:
+        member.expiry = None
+        if group.members.get(member.member_id) is not member:
+            return
+        if member.join_future is not None and not member.join_future.done():
+            # waiting in JoinGroup counts as alive (Kafka); the join's end re-arms the
+            # timer, this one catches a join whose connection went away
+            self._touch(group, member)
+            return
+        log.info("group %s: member %s session expired", group.group_id, member.member_id)
+        self._remove(group, member.member_id)
+        self._after_removal(group, "session timeout")
+
+    def _pending_expired(self, group: Group, member_id: str) -> None:
+        """A member id handed out with MEMBER_ID_REQUIRED that never came back."""
+        if group.pending_ids.pop(member_id, None) is not None:
+            log.info("group %s: pending member %s never joined", group.group_id, member_id)
+            self._maybe_complete(group)
+
+    @staticmethod
+    def _drop_pending(group: Group, member_id: str | None = None) -> None:
+        """Forget one pending member id (it joined), or all of them."""
+        ids = list(group.pending_ids) if member_id is None else [member_id]
+        for mid in ids:
+            handle = group.pending_ids.pop(mid, None)
+            if handle is not None:
+                handle.cancel()
 
     # ------------------------------------------------------------------ commits
 
@@ -558,7 +588,7 @@ class GroupCoordinator:
                 f"group {group_id!r}: instance {instance_id!r} belongs to another member now"
             )
         self._check_generation(group, generation, State.COMPLETING)
-        group.members[member_id].last_seen = time.monotonic()
+        self._touch(group, group.members[member_id])
 
     def delete(self, group_id: str) -> None:
         group = self.groups.get(group_id)

@@ -29,9 +29,11 @@ from pathlib import Path
 from typing import Any
 
 from confluent_kafka import Producer
+from kio.schema.errors import ErrorCode
 
 from sparklog.kafka import admin as kc
 from sparklog.kafka.client import KafkaClient
+from tests.broker.rawclient import RawClient
 
 ROOT = Path(__file__).resolve().parents[3]
 ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
@@ -316,6 +318,90 @@ def assignment(topic: str, partitions: list[int]) -> bytes:
     t = topic.encode()
     body = struct.pack(">hih", 0, 1, len(t)) + t + struct.pack(">i", len(partitions))
     return body + b"".join(struct.pack(">i", p) for p in partitions) + struct.pack(">i", -1)
+
+
+JOIN, SYNC, HEARTBEAT, LEAVE = 11, 14, 12, 13
+
+
+class RawMember:
+    """A group member speaking the classic protocol by hand over its own connection, so a
+    test decides exactly what is sent and when (``send_join``/``receive_join`` split a
+    JoinGroup that waits for a rebalance). It subscribes to ``topic`` (the "range"
+    protocol's metadata) unless a join is given other ``metadata``."""
+
+    def __init__(
+        self, bootstrap: str, group: str, topic: str, *,
+        session_ms: int = 10_000, rebalance_ms: int = 10_000,
+    ) -> None:  # fmt: skip
+        self.c = RawClient.connect(bootstrap, timeout=30 + rebalance_ms / 1000)
+        self.group, self.topic = group, topic
+        self.session_ms, self.rebalance_ms = session_ms, rebalance_ms
+        self.member_id = ""
+        self.generation = -1
+        self.leader = ""
+        self.members: list[str] = []
+
+    def close(self) -> None:
+        self.c.close()
+
+    def _join_body(self, metadata: bytes | None) -> dict[str, Any]:
+        return {
+            "group_id": self.group, "session_timeout": self.session_ms,
+            "rebalance_timeout": self.rebalance_ms, "member_id": self.member_id,
+            "group_instance_id": None, "protocol_type": "consumer",
+            "protocols": [{"name": "range",
+                           "metadata": subscription(self.topic) if metadata is None else metadata}],
+        }  # fmt: skip
+
+    def send_join(self, metadata: bytes | None = None) -> int:
+        return self.c.send(JOIN, 5, self._join_body(metadata))
+
+    def receive_join(self, correlation: int) -> Any:
+        resp = self.c.receive(JOIN, 5, correlation)
+        if resp.error_code == ErrorCode.none:
+            self.member_id, self.generation = resp.member_id, int(resp.generation_id)
+            self.leader = resp.leader
+            self.members = [m.member_id for m in resp.members]
+        return resp
+
+    def ask_member_id(self) -> None:
+        """JoinGroup v5 without an id is answered MEMBER_ID_REQUIRED, with the id to use."""
+        resp = self.c.request(JOIN, 5, {**self._join_body(None), "member_id": ""})
+        assert resp.error_code == ErrorCode.member_id_required and resp.member_id, resp
+        self.member_id = resp.member_id
+
+    def join(self, metadata: bytes | None = None) -> Any:
+        if not self.member_id:
+            self.ask_member_id()
+        return self.receive_join(self.send_join(metadata))
+
+    def send_sync(self, assignments: dict[str, list[int]] | None = None) -> int:
+        return self.c.send(SYNC, 3, {
+            "group_id": self.group, "generation_id": self.generation,
+            "member_id": self.member_id, "group_instance_id": None,
+            "assignments": [{"member_id": m, "assignment": assignment(self.topic, parts)}
+                            for m, parts in (assignments or {}).items()],
+        })  # fmt: skip
+
+    def receive_sync(self, correlation: int) -> Any:
+        return self.c.receive(SYNC, 3, correlation)
+
+    def sync(self, assignments: dict[str, list[int]] | None = None) -> Any:
+        return self.receive_sync(self.send_sync(assignments))
+
+    def heartbeat(self, generation: int | None = None) -> ErrorCode:
+        gen = self.generation if generation is None else generation
+        return ErrorCode(self.c.request(HEARTBEAT, 3, {
+            "group_id": self.group, "generation_id": gen, "member_id": self.member_id,
+            "group_instance_id": None,
+        }).error_code)  # fmt: skip
+
+    def leave(self) -> None:
+        resp = self.c.request(LEAVE, 3, {
+            "group_id": self.group,
+            "members": [{"member_id": self.member_id, "group_instance_id": None}],
+        })  # fmt: skip
+        assert resp.error_code == ErrorCode.none and resp.members[0].error_code == 0, resp
 
 
 def create_topic(bootstrap: str, name: str, partitions: int) -> None:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, KafkaException, TopicPartition
@@ -22,87 +21,19 @@ from tests.broker.rawclient import RawClient
 
 from .helpers import (
     Member,
-    assignment,
+    RawMember,
     check_delivery,
     committed,
     create_topic,
     describe_json,
     produce,
     sparklog_cli,
-    subscription,
     uncommitted,
     wait_balanced,
     wait_until,
 )
 
-JOIN, SYNC, HEARTBEAT, LEAVE, COMMIT, FETCH_OFFSETS, DELETE_GROUPS = 11, 14, 12, 13, 8, 9, 42
-
-
-class RawMember:
-    """A group member speaking the classic protocol by hand over its own connection."""
-
-    def __init__(self, bootstrap: str, group: str, topic: str) -> None:
-        self.c = RawClient.connect(bootstrap, timeout=30)
-        self.group, self.topic = group, topic
-        self.member_id = ""
-        self.generation = -1
-        self.leader = ""
-        self.members: list[str] = []
-
-    def close(self) -> None:
-        self.c.close()
-
-    def send_join(self) -> int:
-        return self.c.send(JOIN, 5, {
-            "group_id": self.group, "session_timeout": 10_000, "rebalance_timeout": 10_000,
-            "member_id": self.member_id, "group_instance_id": None, "protocol_type": "consumer",
-            "protocols": [{"name": "range", "metadata": subscription(self.topic)}],
-        })  # fmt: skip
-
-    def receive_join(self, correlation: int) -> Any:
-        resp = self.c.receive(JOIN, 5, correlation)
-        if resp.error_code == ErrorCode.none:
-            self.member_id, self.generation = resp.member_id, int(resp.generation_id)
-            self.leader = resp.leader
-            self.members = [m.member_id for m in resp.members]
-        return resp
-
-    def ask_member_id(self) -> None:
-        """JoinGroup v5 without an id is answered MEMBER_ID_REQUIRED, with the id to use."""
-        resp = self.c.request(JOIN, 5, {
-            "group_id": self.group, "session_timeout": 10_000, "rebalance_timeout": 10_000,
-            "member_id": "", "group_instance_id": None, "protocol_type": "consumer",
-            "protocols": [{"name": "range", "metadata": subscription(self.topic)}],
-        })  # fmt: skip
-        assert resp.error_code == ErrorCode.member_id_required and resp.member_id, resp
-        self.member_id = resp.member_id
-
-    def join(self) -> Any:
-        if not self.member_id:
-            self.ask_member_id()
-        return self.receive_join(self.send_join())
-
-    def sync(self, assignments: dict[str, list[int]] | None = None) -> Any:
-        return self.c.request(SYNC, 3, {
-            "group_id": self.group, "generation_id": self.generation,
-            "member_id": self.member_id, "group_instance_id": None,
-            "assignments": [{"member_id": m, "assignment": assignment(self.topic, parts)}
-                            for m, parts in (assignments or {}).items()],
-        })  # fmt: skip
-
-    def heartbeat(self, generation: int | None = None) -> ErrorCode:
-        gen = self.generation if generation is None else generation
-        return ErrorCode(self.c.request(HEARTBEAT, 3, {
-            "group_id": self.group, "generation_id": gen, "member_id": self.member_id,
-            "group_instance_id": None,
-        }).error_code)  # fmt: skip
-
-    def leave(self) -> None:
-        resp = self.c.request(LEAVE, 3, {
-            "group_id": self.group,
-            "members": [{"member_id": self.member_id, "group_instance_id": None}],
-        })  # fmt: skip
-        assert resp.error_code == ErrorCode.none and resp.members[0].error_code == 0, resp
+COMMIT, FETCH_OFFSETS, DELETE_GROUPS = 8, 9, 42
 
 
 def raw_commit(c: RawClient, group: str, topic: str, offset: int, generation: int,
