@@ -465,6 +465,13 @@ class TransactionCoordinator:
             raise TransactionalIdNotFoundError(f"no transactional id {tid!r}")
         return meta
 
+    def check_epoch(self, tid: str, producer_id: int, epoch: int) -> None:
+        """Where this broker coordinates ``tid``: ProducerFencedError if ``epoch`` is not the
+        id's current one (TxnOffsetCommit from a zombie must not join its successor's
+        transaction). Elsewhere, or for an id this coordinator does not know, nothing."""
+        if self.coordinates(tid) and tid in self.txns:
+            self._current(tid, producer_id, epoch)
+
     def verify(self, tid: str, producer_id: int, epoch: int, partition: Partition) -> None:
         """KIP-890's check of a transactional produce, where this broker coordinates the
         id: the producer holds it at this epoch and added the partition to its open

@@ -15,6 +15,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from sparklog.harness import BrokerProcess
+from sparklog.kafka import admin as kc
 from sparklog.kafka import wire
 from sparklog.kafka.client import KafkaClient
 from sparklog.kafka.records import build_batch
@@ -230,6 +231,26 @@ def test_a_fenced_transactional_produce_is_invalid_producer_epoch_in_every_versi
         pid, epoch = _fenced_epoch(c, "fenced-raw")
         codes = {v: _txn_produce(c, "fenced-raw", pid, epoch, 1, v) for v in range(3, 10)}
     assert codes == dict.fromkeys(range(3, 10), 47)
+
+
+def test_a_fenced_txn_offset_commit_is_invalid_producer_epoch(broker: BrokerProcess) -> None:
+    """A zombie's TxnOffsetCommit must not join its successor's transaction: Kafka 4.3.1
+    answers 47 (INVALID_PRODUCER_EPOCH) in every version (checked with raw requests against
+    it, bench/_kafka.py); sparklog answered 0 and staged the zombie's offsets."""
+    tid, group = "fenced-offsets", "fenced-offsets-group"
+    with KafkaClient(broker.bootstrap) as c:
+        pid, epoch = _fenced_epoch(c, tid)
+        for version in (0, 3):
+            r = c.request(wire.ApiKey.TXN_OFFSET_COMMIT, version, {
+                "transactional_id": tid, "group_id": group, "producer_id": pid,
+                "producer_epoch": epoch, "generation_id": -1, "member_id": "",
+                "group_instance_id": None,
+                "topics": [{"name": TOPIC, "partitions": [{
+                    "partition_index": 0, "committed_offset": 1, "committed_leader_epoch": -1,
+                    "committed_metadata": None}]}],
+            })  # fmt: skip
+            assert int(r.topics[0].partitions[0].error_code) == 47, version
+        assert kc.committed_offsets(c, group) == {}
 
 
 def test_an_expired_transaction_is_aborted_by_the_broker(broker: BrokerProcess) -> None:

@@ -20,7 +20,13 @@ from sparklog.broker.context import RequestContext
 from sparklog.broker.errors import error_code
 from sparklog.broker.offsets import OFFSETS_TOPIC, CommitEntry, offsets_partition
 from sparklog.broker.transactions import STATES, describe_entry, write_local_marker
-from sparklog.errors import ClusterAuthorizationError, NotCoordinatorError, SparkLogError
+from sparklog.errors import (
+    ClusterAuthorizationError,
+    InvalidProducerEpochError,
+    NotCoordinatorError,
+    ProducerFencedError,
+    SparkLogError,
+)
 from sparklog.security.acls import AclOperation as Op
 from sparklog.security.acls import ResourceType as RT
 
@@ -163,6 +169,12 @@ async def txn_offset_commit(ctx: RequestContext, header: Any, req: Any) -> dict[
         for e_ in entries:
             ctx.require(Op.READ, RT.TOPIC, e_.topic)
         ctx.check_coordinator(req.group_id)
+        try:
+            ctx.transactions.check_epoch(
+                req.transactional_id, int(req.producer_id), int(req.producer_epoch)
+            )
+        except ProducerFencedError as e:  # Kafka 4.3.1 answers 47 here, in every version
+            raise InvalidProducerEpochError(f"group {req.group_id!r}: {e}") from e
         await ctx.offsets.txn_commit(
             req.group_id, int(req.producer_id), int(req.producer_epoch), entries
         )
