@@ -112,7 +112,7 @@ class KafkaServer:
         self.work_dir.mkdir(parents=True, exist_ok=True)
         props = self._properties()
         fmt = subprocess.run(
-            self._java("kafka.tools.StorageTool", "format", "-t", _cluster_id(), "-c",
+            self._java("kafka.tools.StorageTool", "format", f"--cluster-id={_cluster_id()}", "-c",
                        str(props), "--standalone", *self.format_args),
             capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL,
         )  # fmt: skip
