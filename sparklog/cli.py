@@ -2,7 +2,8 @@
 
     sparklog --version
     sparklog broker start [--data-dir DIR] [--listen HOST:PORT] [--config FILE]
-    sparklog topics create NAME [--partitions N] [--config k=v ...] TARGET
+    sparklog topics create NAME [--partitions N] [--replication-factor N] [--config k=v ...]
+        TARGET
     sparklog topics list TARGET
     sparklog topics describe NAME [--json] TARGET
     sparklog topics alter NAME [--config k=v ...] [--delete-config k ...] TARGET
@@ -100,7 +101,10 @@ def _topics_remote(args: argparse.Namespace) -> int:
 
     with connect(args) as c:
         if args.action == "create":
-            kc.create_topic(c, args.name, args.partitions, _parse_configs(args.config))
+            kc.create_topic(
+                c, args.name, args.partitions, _parse_configs(args.config),
+                args.replication_factor,
+            )  # fmt: skip
             print(f"Created topic {args.name} with {args.partitions} partition(s).")
         elif args.action == "list":
             for name in kc.list_topics(c):
@@ -127,6 +131,11 @@ def _topics(args: argparse.Namespace) -> int:
     if args.action != "create":
         storage.require()  # a create makes the storage; anything else needs it there
     if args.action == "create":
+        from sparklog.broker.replicas import check_replication_factor
+
+        check_replication_factor(
+            args.replication_factor, redundant=storage.fs.redundant, live_brokers=None
+        )
         with _writer_lease(storage):
             meta = storage.topics.create(args.name, args.partitions, _parse_configs(args.config))
         print(f"Created topic {meta.name} with {meta.partitions} partition(s).")
@@ -390,6 +399,10 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("--json", action="store_true", help="print JSON")
         if action == "create":
             p.add_argument("--partitions", type=int, default=1, help="how many (default 1)")
+            p.add_argument(
+                "--replication-factor", type=int, default=-1, metavar="N",
+                help="1 or -1 (the default) on a local storage root: it is one copy",
+            )  # fmt: skip
         if action in ("create", "alter"):
             p.add_argument(
                 "--config",

@@ -45,6 +45,10 @@ class ReplicaAssignmentError(SparkLogError, ValueError):
     """An explicit replica assignment Kafka would refuse (unknown brokers, gaps, repeats)."""
 
 
+class InvalidReplicationFactorError(SparkLogError, ValueError):
+    """A replication factor the storage cannot give (more copies than it keeps, or brokers)."""
+
+
 class TopicExistsError(SparkLogError):
     """A topic with this name already exists."""
 

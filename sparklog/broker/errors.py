@@ -18,6 +18,7 @@ _BY_CLASS: tuple[tuple[type[BaseException], ErrorCode], ...] = (
     (e.UnknownPartitionError, ErrorCode.unknown_topic_or_partition),
     (e.TopicExistsError, ErrorCode.topic_already_exists),
     (e.ReplicaAssignmentError, ErrorCode.invalid_replica_assignment),
+    (e.InvalidReplicationFactorError, ErrorCode.invalid_replication_factor),
     (e.InvalidConfigError, ErrorCode.invalid_config),
     (e.RecordTooLargeError, ErrorCode.message_too_large),
     (e.InvalidRecordsError, ErrorCode.invalid_record),

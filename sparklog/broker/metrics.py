@@ -59,6 +59,7 @@ from prometheus_client.core import (
 )
 
 from sparklog.broker.lag import STATUSES, LagMonitor, worst
+from sparklog.broker.replicas import in_sync, reported
 from sparklog.errors import SparkLogError
 from sparklog.storage import durability, jobruns, names
 
@@ -293,22 +294,27 @@ class BrokerCollector:
             current.add_metric(lp, hw)
             oldest.add_metric(lp, start)
             leader.add_metric(lp, node)
-            n = self._replicas(topic, p)
+            n, in_sync_n = self._replicas(topic, p)
             replicas.add_metric(lp, n)
-            isr.add_metric(lp, n)  # shared storage: a live replica is in sync by construction
+            isr.add_metric(lp, in_sync_n)
             if topic not in counted:
                 counted.add(topic)
                 with contextlib.suppress(SparkLogError):  # deleted while scraped
                     parts.add_metric([topic], s.manager.topic(topic).partitions)
         yield from (parts, current, oldest, leader, replicas, isr)
 
-    def _replicas(self, topic: str, partition: int) -> int:
+    def _replicas(self, topic: str, partition: int) -> tuple[int, int]:
+        """(replicas, in-sync replicas) of a partition this broker leads, counted as
+        Metadata lists them (``broker.replicas``): 1 and 1 on a single local copy."""
         cluster = self.services.cluster
         if cluster is None:
-            return 1
+            return 1, 1
         a = cluster.view.assignments.get((topic, partition))
-        live = cluster.view.brokers
-        return 1 if a is None else max(1, sum(1 for r in a.replicas if r in live))
+        if a is None:
+            return 1, 1
+        redundant = self.services.manager.storage.fs.redundant
+        replicas = reported(a.leader, a.replicas, redundant=redundant)
+        return max(1, len(replicas)), max(1, len(in_sync(replicas, cluster.view.brokers)))
 
     def _committed_rows(
         self, offsets: dict[tuple[str, int], tuple[int, int]]

@@ -79,7 +79,13 @@ def list_topics(client: KafkaClient) -> list[str]:
     return sorted(t.name for t in resp.topics if t.error_code == ErrorCode.none)
 
 
-def create_topic(client: KafkaClient, name: str, partitions: int, configs: dict[str, str]) -> None:
+def create_topic(
+    client: KafkaClient,
+    name: str,
+    partitions: int,
+    configs: dict[str, str],
+    replication_factor: int = -1,
+) -> None:
     resp = client.request(
         ApiKey.CREATE_TOPICS,
         7,
@@ -88,7 +94,7 @@ def create_topic(client: KafkaClient, name: str, partitions: int, configs: dict[
                 {
                     "name": name,
                     "num_partitions": partitions,
-                    "replication_factor": -1,
+                    "replication_factor": replication_factor,
                     "assignments": [],
                     "configs": [{"name": k, "value": v} for k, v in configs.items()],
                 }

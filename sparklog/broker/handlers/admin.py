@@ -23,6 +23,7 @@ from kio.schema.errors import ErrorCode
 
 from sparklog.broker.context import RequestContext
 from sparklog.broker.errors import error_code
+from sparklog.broker.replicas import check_replication_factor
 from sparklog.errors import (
     InvalidConfigError,
     ReplicaAssignmentError,
@@ -122,24 +123,21 @@ async def create_topics(ctx: RequestContext, header: Any, req: Any) -> dict[str,
             if not ctx.may_create_topic(t.name):
                 raise TopicAuthorizationError(f"{ctx.principal} may not CREATE topic {t.name!r}")
             names.validate_topic_name(t.name)
-            if int(t.replication_factor) not in (-1, 1):
-                entry["error_code"] = ErrorCode.invalid_replication_factor
-                entry["error_message"] = (
-                    f"replication factor {t.replication_factor}: this broker keeps one copy "
-                    "(durability comes from fsync and the storage below)"
-                )
-                out.append(entry)
-                continue
             configs = {c.name: c.value for c in t.configs if c.value is not None}
             partitions = int(t.num_partitions)
+            asked = int(t.replication_factor)
             if t.assignments:
-                if partitions != -1 or int(t.replication_factor) != -1:
+                if partitions != -1 or asked != -1:
                     raise ValueError(
                         "give num_partitions and replication_factor -1 with replica assignments"
                     )
                 partitions = _check_assignments(
                     ctx, [(int(a.partition_index), list(a.broker_ids)) for a in t.assignments], 0
                 )
+                asked = len(t.assignments[0].broker_ids)
+            factor = check_replication_factor(
+                asked, redundant=ctx.manager.storage.fs.redundant, live_brokers=_live(ctx)
+            )
             if partitions == 0 or partitions < -1:
                 raise InvalidConfigError(f"num_partitions {partitions} must be positive")
             if req.validate_only:
@@ -153,7 +151,7 @@ async def create_topics(ctx: RequestContext, header: Any, req: Any) -> dict[str,
                 entry.update(
                     topic_id=uuid.UUID(meta.topic_id),
                     num_partitions=meta.partitions,
-                    replication_factor=1,
+                    replication_factor=factor,
                     configs=[
                         {
                             "name": c["name"],
@@ -172,6 +170,11 @@ async def create_topics(ctx: RequestContext, header: Any, req: Any) -> dict[str,
             entry.update(error_code=code, error_message=str(e))
         out.append(entry)
     return {"throttle_time": 0, "topics": out}
+
+
+def _live(ctx: RequestContext) -> int:
+    """How many brokers are live: Kafka's bound on a replication factor."""
+    return len(ctx.cluster.view.brokers) if ctx.cluster is not None else 1
 
 
 def _check_assignments(

@@ -10,6 +10,7 @@ from kio.schema.errors import ErrorCode
 from sparklog.broker.authorization import NOT_REQUESTED, authorized_operations
 from sparklog.broker.context import RequestContext
 from sparklog.broker.errors import error_code
+from sparklog.broker.replicas import in_sync, reported
 from sparklog.errors import FrameError, SparkLogError, UnknownTopicError
 from sparklog.security.acls import AclOperation as Op
 from sparklog.security.acls import ResourceType as RT
@@ -17,8 +18,8 @@ from sparklog.security.acls import ResourceType as RT
 
 def _cluster_partition(ctx: RequestContext, name: str, p: int) -> dict[str, Any]:
     """A partition as the cluster view says: its leader (-1 and LEADER_NOT_AVAILABLE while
-    it has no live one), leader epoch, replicas, and the live ones as the ISR (the data is
-    on shared storage: every live replica is in sync by construction)."""
+    it has no live one), leader epoch, and its replicas and ISR as ``broker.replicas``
+    reports them (on a single local copy: the assigned leader alone)."""
     cluster = ctx.cluster
     assert cluster is not None
     a = cluster.view.assignments.get((name, p))
@@ -27,14 +28,15 @@ def _cluster_partition(ctx: RequestContext, name: str, p: int) -> dict[str, Any]
         leader, epoch, replicas = -1, -1, []
     else:
         leader = a.leader if a.leader in live else -1
-        epoch, replicas = a.leader_epoch, list(a.replicas)
+        redundant = ctx.manager.storage.fs.redundant
+        epoch, replicas = a.leader_epoch, reported(a.leader, a.replicas, redundant=redundant)
     return {
         "error_code": ErrorCode.none if leader >= 0 else ErrorCode.leader_not_available,
         "partition_index": p,
         "leader_id": leader,
         "leader_epoch": epoch,
         "replica_nodes": replicas,
-        "isr_nodes": [r for r in replicas if r in live],
+        "isr_nodes": in_sync(replicas, live),
         "offline_replicas": [r for r in replicas if r not in live],
     }
 

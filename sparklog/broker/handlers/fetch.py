@@ -8,7 +8,9 @@ follower (KIP-392), up to the leader's high watermark (the checkpoint of the man
 epoch); an offset past it is OFFSET_NOT_AVAILABLE (retriable: the follower's view may be a
 moment behind), never OFFSET_OUT_OF_RANGE, which would make the client reset. A leader asked
 by a client in another rack (``client.rack``, Fetch v11+) names a live replica in the
-client's rack as its preferred read replica, and returns no records. Followers poll storage
+client's rack as its preferred read replica, and returns no records; only a replica that
+Metadata lists, so never on a single local copy (``sparklog.broker.replicas``). A client
+may still fetch from any broker (it reads the same storage). Followers poll storage
 for new records while a fetch waits (``FOLLOWER_POLL_S``).
 
 Fetch sessions (KIP-227) are not kept: every response says session 0, which tells clients
@@ -36,6 +38,7 @@ from kio.schema.errors import ErrorCode
 from sparklog.broker.context import RequestContext
 from sparklog.broker.errors import error_code
 from sparklog.broker.partitions import PartitionHandle
+from sparklog.broker.replicas import reported
 from sparklog.errors import (
     NotLeaderError,
     OffsetOutOfRangeError,
@@ -52,12 +55,16 @@ FOLLOWER = object()
 
 
 def _preferred_replica(ctx: RequestContext, topic: str, partition: int, rack: str) -> int:
-    """KIP-392: a live replica in the client's rack, when this leader is not in it."""
+    """KIP-392: a live replica in the client's rack, when this leader is not in it. Only
+    a replica Metadata lists (``broker.replicas``): Kafka's Java consumer follows no other,
+    and would come back here for ever. On a single local copy that is the leader alone,
+    so no other broker is named (every broker would read the same one copy anyway)."""
     cluster = ctx.cluster
     if cluster is None or not rack or cluster.rack == rack:
         return -1
     a = cluster.view.assignments.get((topic, partition))
-    for node in a.replicas if a is not None else ():
+    redundant = ctx.manager.storage.fs.redundant
+    for node in reported(a.leader, a.replicas, redundant=redundant) if a is not None else ():
         b = cluster.view.brokers.get(node)
         if b is not None and node != ctx.node_id and b.rack == rack:
             return node

@@ -43,6 +43,10 @@ class FileSystem(abc.ABC):
     #: True when ``open_append`` keeps a file open for appends (needed by a broker's
     #: active segments). Object stores have no append; they hold sealed segments only.
     supports_append: bool = True
+    #: True when the storage itself keeps several copies of every file, each surviving the
+    #: loss of one machine or disk (object stores, HDFS). Kafka's replication factor is
+    #: then the storage's to give; a local disk is one copy (``sparklog.broker.replicas``).
+    redundant: bool = False
 
     def join(self, *parts: str) -> str:
         return posixpath.join(*parts)

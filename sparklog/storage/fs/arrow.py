@@ -22,6 +22,9 @@ from sparklog.storage.fs import FileSystem
 # create_exclusive is check-then-write; this makes it atomic at least between the threads
 # of one process (pyarrow offers no conditional create to do better across processes).
 _CREATE_LOCK = threading.Lock()
+#: ``pyarrow.fs`` filesystems that keep several copies of every file (object stores,
+#: HDFS's block replicas); local disk and in-memory ones keep one
+_REDUNDANT = frozenset({"s3", "gcs", "abfs", "hdfs"})
 
 
 class ArrowAppendFile:
@@ -72,6 +75,7 @@ class ArrowFileSystem(FileSystem):
     def __init__(self, fs: pafs.FileSystem) -> None:
         self.fs = fs
         self.supports_append = True
+        self.redundant = fs.type_name in _REDUNDANT
 
     def local_path(self, path: str) -> str | None:
         return path if isinstance(self.fs, pafs.LocalFileSystem) else None
