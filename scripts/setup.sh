@@ -40,6 +40,25 @@ if ! command -v etcd >/dev/null 2>&1; then
   fi
 fi
 
+# promtool and prometheus (Debian's prometheus, the only package with promtool) check the
+# shipped alert rules and dashboard against a real scrape (tests/broker/test_prometheus.py).
+# Only the binaries are used: a systemd machine would start the packaged service, so it is
+# stopped and disabled again.
+if ! command -v promtool >/dev/null 2>&1; then
+  if [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then
+    echo "sparklog: installing prometheus (Debian package, for promtool) for the metrics tests"
+    DEBIAN_FRONTEND=noninteractive apt-get update -qq >/dev/null
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+      prometheus >/dev/null
+    if [ -d /run/systemd/system ]; then
+      systemctl disable --now prometheus >/dev/null 2>&1 || true
+    fi
+  else
+    echo "sparklog: promtool is not installed; the Prometheus tests will be skipped" \
+         "(Debian/Ubuntu: apt-get install prometheus)" >&2
+  fi
+fi
+
 # A C compiler builds sparklog._columns, the produce path's record decoder (setup.py);
 # without one the install still works and decodes through aiokafka's codec, slower.
 if ! command -v cc >/dev/null 2>&1; then

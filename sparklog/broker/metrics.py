@@ -461,7 +461,8 @@ class BrokerCollector:
 
     def _jobs(self) -> Iterator[Metric]:
         s = self.services
-        labels = ["topic", "job"]
+        # not "job": Prometheus sets that to the scrape job, and renames a scraped one
+        labels = ["topic", "sparklog_job"]
         last = _gauge(
             "sparklog_job_last_run_timestamp_seconds",
             "When the last retention or compaction run on a topic ended",

@@ -205,7 +205,7 @@ def test_the_last_retention_run_of_a_topic_is_reported(broker: BrokerProcess) ->
     time.sleep(1)  # sealing runs in the background: retention deletes sealed segments only
     apply_retention(broker.data_dir, [topic])
     m = scrape(broker)
-    labels = {"topic": topic, "job": "retention"}
+    labels = {"topic": topic, "sparklog_job": "retention"}
     ended = value(m, "sparklog_job_last_run_timestamp_seconds", **labels)
     assert ended is not None and abs(ended - time.time()) < 120
     removed = value(m, "sparklog_job_last_run_removed", **labels, unit="segments")
