@@ -108,6 +108,20 @@ class LeaseLostError(SparkLogError):
     """A lease this process held expired or was taken over; its epoch is fenced."""
 
 
+class ForeignWriterError(LeaseLostError):
+    """Another writer wrote to storage this broker writes alone (a newer leader epoch it did
+    not commit, or a changed owner record): it stops acknowledging writes."""
+
+
+class StorageOwnedError(SparkLogError):
+    """A storage root belongs to a broker of another mode or another cluster (its owner
+    record names it)."""
+
+
+class DataDirNotDirectoryError(SparkLogError, ValueError):
+    """A broker's data dir is an existing file, not a directory."""
+
+
 class NotLeaderError(SparkLogError):
     """This broker does not lead the partition (cluster mode): ask the leader."""
 

@@ -26,6 +26,7 @@ _BY_CLASS: tuple[tuple[type[BaseException], ErrorCode], ...] = (
     (e.CorruptSegmentError, ErrorCode.kafka_storage_error),
     (e.CorruptMetadataError, ErrorCode.kafka_storage_error),
     (e.LogClosedError, ErrorCode.not_leader_or_follower),
+    (e.ForeignWriterError, ErrorCode.kafka_storage_error),
     (e.LeaseLostError, ErrorCode.not_leader_or_follower),
     (e.NotLeaderError, ErrorCode.not_leader_or_follower),
     (e.FencedLeaderEpochError, ErrorCode.fenced_leader_epoch),

@@ -18,6 +18,7 @@ from sparklog.broker.config import BrokerConfig
 from sparklog.broker.producer_ids import ProducerIdAllocator
 from sparklog.errors import (
     FencedLeaderEpochError,
+    ForeignWriterError,
     NotLeaderError,
     TopicExistsError,
     UnknownLeaderEpochError,
@@ -61,6 +62,8 @@ class PartitionManager:
         self._readers: dict[tuple[str, int], PartitionReader] = {}
         self.handles: dict[tuple[str, int], PartitionHandle] = {}
         self._topics: dict[str, TopicMeta] = {}
+        #: set once another writer was found on this broker's storage (``stop_writes``)
+        self.foreign: ForeignWriterError | None = None
         self.producer_ids = ProducerIdAllocator(storage.fs, storage.root)
         for name in storage.topics.list():
             self._topics[name] = storage.topics.get(name)
@@ -251,6 +254,8 @@ class PartitionManager:
         leader_epoch: int | None = None,
         fence: Callable[[], None] | None = None,
     ) -> PartitionLog:
+        if self.foreign is not None:  # opening would commit an epoch over the other writer
+            raise self.foreign
         return PartitionLog.open(
             self.storage.fs, self.storage.root, topic, partition, meta.config,
             writer=f"broker:{self.config.node_id}", leader_epoch=leader_epoch, fence=fence,
@@ -343,6 +348,9 @@ class PartitionManager:
             try:
                 before = handle.log.manifest
                 after = handle.log.refresh()
+                # embedded: a newer epoch is a foreign writer (cluster: the next leader)
+                if not self.cluster and handle.log.superseded and self.foreign is None:
+                    self.stop_writes(handle.log.superseded)
                 if after.version != before.version:
                     log.info(
                         "%s: manifest version %d by %s (log start %d -> %d, %d segments)",
@@ -357,6 +365,21 @@ class PartitionManager:
                 if (handle.topic, handle.partition) in self.handles:
                     log.warning("%s: manifest refresh or garbage collection failed: %s",
                                 handle.label, e)  # fmt: skip
+
+    def stop_writes(self, error: ForeignWriterError) -> None:
+        """Another writer was found on this broker's storage (``error`` says who and
+        where): from now on no partition acknowledges a write, none is opened and no
+        garbage is collected (``PartitionLog.fence_writes``); produce gets
+        KAFKA_STORAGE_ERROR. Logged once, at ERROR. Reads go on."""
+        if self.foreign is None:
+            self.foreign = error
+            log.error(
+                "%s. This broker stops acknowledging writes to every partition of %s: stop "
+                "the other writer, check what it wrote, then restart this broker",
+                error, self.storage.uri,
+            )  # fmt: skip
+        for handle in list(self.handles.values()):
+            handle.log.fence_writes(self.foreign)
 
     # ------------------------------------------------------------------ shutdown
 

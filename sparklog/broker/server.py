@@ -6,11 +6,16 @@ its response. Unknown API keys, unsupported versions (ApiVersions excepted: it g
 v0 UNSUPPORTED_VERSION answer with the supported list) and unparsable requests close that
 connection; none of these affects other connections.
 
-Start-up takes the broker's lease on its data dir (embedded mode: the local lease backend,
-so a second broker on the same directory refuses to start), and every partition a broker
-opens starts a new leader epoch. In cluster mode (``etcd`` set) there is no data-dir
-lease: brokers share the directory, and a broker writes only the partitions the controller
-assigned it, at their epochs (``sparklog.broker.membership``, docs/cluster.md).
+Start-up binds the listeners first (a port that is taken leaves nothing behind), then
+takes the broker's lease on its data dir (embedded mode: the local lease backend, so a
+second broker on the same directory refuses to start) and claims the root's owner record
+(``sparklog.storage.owner``: an embedded broker refuses a cluster's root, a cluster broker
+an embedded broker's or another cluster's), and every partition a broker opens starts a
+new leader epoch. In cluster mode (``etcd`` set) there is no data-dir lease: brokers share
+the directory, and a broker writes only the partitions the controller assigned it, at
+their epochs (``sparklog.broker.membership``, docs/cluster.md). A broker that learns of
+another writer (a changed owner record, a leader epoch it did not commit: see
+``sparklog.storage.epochs``) stops acknowledging writes (``PartitionManager.stop_writes``).
 Each listener of ``listen`` is its own server socket (TLS on SSL and SASL_SSL); a
 connection remembers the listener it came in on, and that listener's address is the one
 the broker advertises to it. On SASL listeners a connection may send only ApiVersions,
@@ -69,8 +74,9 @@ from sparklog.kafka.address import Listener
 from sparklog.kafka.client import ClientSettings
 from sparklog.security.service import SecurityService
 from sparklog.security.tls import certificate_principal, server_context
-from sparklog.storage import Storage
+from sparklog.storage import Storage, owner
 from sparklog.storage.lease import DATA_DIR, Lease
+from sparklog.storage.owner import Owner
 
 log = logging.getLogger("sparklog.broker")
 CLUSTER_FILE = "cluster.json"
@@ -101,6 +107,8 @@ class Broker:
         )  # fmt: skip
         self.storage = Storage(config.data_dir)
         self._lease: Lease | None = None
+        #: the root's owner record as this broker claimed it (``sparklog.storage.owner``)
+        self.owner: Owner | None = None
         self.member: ClusterMember | None = None
         self.manager: PartitionManager | None = None
         self.services: BrokerServices | None = None
@@ -140,9 +148,9 @@ class Broker:
 
     async def start(self) -> None:
         clustered = self.config.clustered
-        if not clustered:  # in a cluster, etcd and leader epochs say who writes what
-            self._lease = self.storage.leases.acquire(DATA_DIR, self._holder())
         try:
+            await self._listen()  # bound, not serving yet: a taken port creates nothing
+            self._claim_root()
             self.cluster_id = _cluster_id(self.storage)
             self.manager = PartitionManager(self.config, self.storage, cluster=clustered)
             offsets = OffsetStore(self.manager)
@@ -178,7 +186,8 @@ class Broker:
                 self.config.node_id, self.cluster_id, self.manager, coordinator, offsets,
                 transactions, self.member, self.security, self.registry, self.metrics,
             )  # fmt: skip
-            await self._listen()
+            for server in self._servers:
+                await server.start_serving()
             registered = dict(self.endpoints)
             if self.config.schema_registry is not None:
                 registered[REGISTRY_ENDPOINT] = await self._serve_registry()
@@ -203,8 +212,21 @@ class Broker:
             self.storage.root,
         )
 
+    def _claim_root(self) -> None:
+        """The data-dir lease (embedded mode; in a cluster, etcd and leader epochs say who
+        writes what) and the root's owner record (module docstring)."""
+        fs, root, uri = self.storage.fs, self.storage.root, self.storage.uri
+        owner.check_root(fs, root, uri)
+        if self.config.clustered:
+            wanted = Owner.of_cluster(self.config.cluster_name, str(self.config.etcd))
+        else:
+            self._lease = self.storage.leases.acquire(DATA_DIR, self._holder())
+            wanted = Owner.embedded()
+        self.owner = owner.claim(fs, root, wanted, uri=uri)
+
     async def _listen(self) -> None:
-        """One server socket per listener; the first is the primary (``host``/``port``)."""
+        """One server socket per listener, bound but not serving until ``start`` has the
+        broker ready; the first is the primary (``host``/``port``)."""
         tls = None
         for listener in self.config.listeners:
             if listener.tls and tls is None:
@@ -213,7 +235,7 @@ class Broker:
                 functools.partial(self._accept, listener),
                 listener.host, listener.port, backlog=256,
                 ssl=tls if listener.tls else None,
-                ssl_handshake_timeout=10 if listener.tls else None,
+                ssl_handshake_timeout=10 if listener.tls else None, start_serving=False,
             )  # fmt: skip
             self._servers.append(server)
             sock = server.sockets[0].getsockname()
@@ -330,6 +352,11 @@ class Broker:
 
     def _maintain_step(self, handles: list[Any], collect_garbage: bool) -> None:
         assert self.manager is not None
+        if self.owner is not None and self.manager.foreign is None:
+            st = self.storage
+            changed = owner.verify(st.fs, st.root, self.owner, uri=st.uri)
+            if changed is not None:
+                self.manager.stop_writes(changed)
         if self.security is not None:
             try:
                 self.security.refresh()

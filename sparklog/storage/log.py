@@ -50,6 +50,7 @@ from concurrent.futures import Future
 import pyarrow as pa
 
 from sparklog.errors import (
+    ForeignWriterError,
     LogClosedError,
     OffsetOutOfRangeError,
     RecordTooLargeError,
@@ -60,6 +61,7 @@ from sparklog.storage.checkpoints import LogPosition
 from sparklog.storage.config import TopicConfig
 from sparklog.storage.control import CONTROL, TRANSACTIONAL
 from sparklog.storage.durability import SYNC_TIMES, GroupCommit
+from sparklog.storage.epochs import EpochsMixin
 from sparklog.storage.fs import FileSystem
 from sparklog.storage.manifest import Manifest, ManifestStore, SegmentInfo
 from sparklog.storage.producers import ProducerBatch, ProducerStates, write_snapshot
@@ -82,7 +84,7 @@ _PRODUCER_COLUMNS = ["offset", "key", "producer_id", "producer_epoch", "sequence
 RecoveryReport = recovery.RecoveryReport
 
 
-class PartitionLog(SealingMixin):
+class PartitionLog(SealingMixin, EpochsMixin):
     """See the module docstring. Create with ``PartitionLog.open``."""
 
     def __init__(
@@ -121,6 +123,7 @@ class PartitionLog(SealingMixin):
         #: cluster mode: the leader epoch that names the files this writer creates
         self._segment_epoch = found.active_epoch
         self._fence = fence
+        self._superseded: ForeignWriterError | None = None  # sparklog.storage.epochs
         self._sealed_cache: dict[str, SealedSegment] = {}
         self._seals: list[Future[list[str]]] = []
         self._roll_fsyncs = 0
@@ -225,6 +228,8 @@ class PartitionLog(SealingMixin):
     def _check_open(self) -> None:
         if self._closed:
             raise LogClosedError(f"{self.label}: the log is closed")
+        if self._superseded is not None:
+            raise self._superseded
 
     # ------------------------------------------------------------------ append / durability
 
@@ -379,6 +384,7 @@ class PartitionLog(SealingMixin):
             seg.sync()
         if self._fence is not None:
             self._fence()  # raises once another broker leads: nothing becomes visible
+        self._check_superseded()  # another writer's epoch: nothing becomes visible
         upto = LogPosition(seg.base_offset, size, next_offset)
         self._write_txn_index()
         self._write_hwm(upto)
@@ -464,6 +470,7 @@ class PartitionLog(SealingMixin):
         with self._lock:
             latest = self._store.latest()
             if latest is not None and latest.version > self._manifest.version:
+                self._note_newer(latest)
                 self._manifest = latest
                 live = latest.names()
                 for name in [n for n in self._sealed_cache if n not in live]:
@@ -486,6 +493,8 @@ class PartitionLog(SealingMixin):
             return self._manifest.log_start_offset
 
     def collect_garbage(self, orphan_grace_ms: int = ORPHAN_GRACE_MS) -> gc.GcReport:
+        if self._superseded is not None:  # the files are another writer's now
+            return gc.GcReport()
         return gc.collect_garbage(
             self.fs,
             self.path,
@@ -533,30 +542,6 @@ class PartitionLog(SealingMixin):
     def offset_for_timestamp(self, timestamp_ms: int) -> int | None:
         return self.view().offset_for_timestamp(timestamp_ms)
 
-    # ------------------------------------------------------------------ leader epochs
-
-    def leader_epochs(self) -> list[tuple[int, int]]:
-        return checkpoints.read_leader_epochs(self.fs, self.path)
-
-    def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
-        """Kafka's OffsetForLeaderEpoch answer (``checkpoints.end_offset_for_epoch``)."""
-        return checkpoints.end_offset_for_epoch(self.leader_epochs(), epoch, self.high_watermark)
-
-    def bump_leader_epoch(self) -> int:
-        """Start a new leader epoch at the log end offset; returns it. The epoch is
-        committed to the manifest (``EpochChange``; the commits of a writer of an older
-        epoch are refused from then on, ``Fenced``) before the leader-epoch cache records
-        where it starts."""
-        with self._lock:
-            epochs = self.leader_epochs()
-            epoch = max(epochs[-1][0] if epochs else -1, self._manifest.leader_epoch) + 1
-            self._manifest = self._store.commit(transforms.EpochChange(epoch, self.label))
-            self._epoch = epoch
-            checkpoints.write_leader_epochs(
-                self.fs, self.path, [*epochs[-99:], (epoch, self.log_end_offset)]
-            )
-            return epoch
-
     # ------------------------------------------------------------------ close
 
     def abandon(self, error: Exception) -> None:
@@ -579,7 +564,11 @@ class PartitionLog(SealingMixin):
 
     def close(self) -> None:
         """Wait for background seals, make everything durable, record the recovery point
-        and the producer snapshot, release files."""
+        and the producer snapshot, release files. A superseded log (``superseded``) writes
+        nothing: the files are another writer's now."""
+        if self._superseded is not None:
+            self.abandon(self._superseded)
+            return
         with self._lock:
             pending = list(self._seals)
         for f in pending:  # outside _lock: a seal takes it to commit

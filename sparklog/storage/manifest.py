@@ -296,6 +296,14 @@ class ManifestStore:
     def read(self, version: int) -> Manifest:
         return Manifest.from_json(self.files.read(version), self.files.path(version))
 
+    def superseding(self, version: int, epoch: int) -> Manifest | None:
+        """The latest manifest if it carries a leader epoch above ``epoch`` and came after
+        ``version``; None otherwise. One ``exists`` call when nothing came after."""
+        if not self.fs.exists(self.files.path(version + 1)):
+            return None
+        latest = self.latest()
+        return latest if latest is not None and latest.leader_epoch > epoch else None
+
     def create_initial(self, initial: Manifest) -> Manifest:
         """Commit version 0 unless some version exists; return the latest either way."""
         m = dataclasses.replace(initial, version=0, committed_ms=self._now_ms(), writer=self.writer)

@@ -3,6 +3,7 @@
 Layout under a storage root::
 
     <root>/.lock                                   data-dir lease (embedded mode)
+    <root>/owner.json                              who owns the root: embedded or a cluster
     <root>/.leases/<name>.lock                     other local leases
     <root>/producer-ids.json                       producer-id blocks reserved (broker)
     <root>/topics/<topic>/meta/<version>.json      topic metadata, versioned
@@ -44,6 +45,7 @@ JOBS_DIR = "jobs"
 JOBS = ("retention", "compaction")
 MANIFEST_DIR = "manifest"
 LOCK_FILE = ".lock"
+OWNER_FILE = "owner.json"
 COMPACTION_LOCK_FILE = ".compaction.lock"
 LEASES_DIR = ".leases"
 HIGH_WATERMARK_FILE = "high-watermark.checkpoint"
@@ -168,6 +170,10 @@ def version_name(version: int) -> str:
 def parse_version_name(name: str) -> int | None:
     m = _VERSION_RE.match(name)
     return int(m.group(1)) if m else None
+
+
+def owner_path(root: str) -> str:
+    return f"{root.rstrip('/')}/{OWNER_FILE}"
 
 
 def topics_dir(root: str) -> str:

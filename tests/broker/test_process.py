@@ -6,15 +6,20 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import socket
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
-from confluent_kafka import Producer
+from confluent_kafka import KafkaError, Producer
 
-from sparklog.storage import Storage
+from sparklog.storage import Storage, owner
 from sparklog.storage.checkpoints import read_leader_epochs
+from sparklog.storage.fs.local import LocalFileSystem
+from sparklog.storage.owner import Owner
+from sparklog.storage.records import make_records
 
 from .conftest import BrokerProcess
 
@@ -45,6 +50,20 @@ def test_second_broker_on_the_same_data_dir_refuses_to_start(broker: BrokerProce
     with pytest.raises(RuntimeError, match="locked by another process"):
         second.start(timeout=20)
     assert broker.alive
+
+
+def test_the_lock_error_names_the_holder_as_a_person_reads_it(broker: BrokerProcess) -> None:
+    """Who holds the data dir (node id, pid, host) and since when, not the raw lock line."""
+    out = subprocess.run(
+        [sys.executable, "-m", "sparklog.cli", "broker", "start", "--data-dir",
+         broker.data_dir, "--listen", "127.0.0.1:0"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert out.returncode == 1
+    error = out.stderr.strip().splitlines()[-1]
+    assert error.startswith("sparklog: error: "), out.stderr
+    assert f"(broker 0, pid {broker.pid} on host {socket.gethostname()}, since 20" in error
+    assert "epoch=" not in error and "since=" not in error
 
 
 def test_sigterm_keeps_every_acknowledged_record(broker: BrokerProcess) -> None:
@@ -172,3 +191,88 @@ def test_deleted_topics_leave_no_open_files(broker: BrokerProcess) -> None:
         time.sleep(0.2)
     assert deleted == []
     assert _partition_descriptors(broker.pid, broker.data_dir, "t0") == []
+
+
+def test_a_data_dir_that_is_a_file_is_refused_saying_so(tmp_path: Path) -> None:
+    afile = tmp_path / "afile"
+    afile.write_text("not a directory")
+    out = cli("broker", "start", "--data-dir", str(afile), "--listen", "127.0.0.1:0")
+    assert out.returncode == 2, out.stderr
+    assert f"{afile}: the data dir is a file, not a directory" in out.stderr
+    assert "Errno" not in out.stderr
+
+
+def test_a_broker_whose_port_is_taken_creates_no_data_dir(tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        data = tmp_path / "new-data"
+        out = cli("broker", "start", "--data-dir", str(data), "--listen", f"127.0.0.1:{port}")
+    assert out.returncode == 1, out.stderr
+    assert "address already in use" in out.stderr
+    assert not data.exists()
+
+
+def test_a_root_without_an_owner_record_is_adopted(broker: BrokerProcess) -> None:
+    """A root written before owner records existed starts, and is then owned."""
+    _produce(broker.bootstrap, "old", 3)
+    broker.stop()
+    record = os.path.join(broker.data_dir, "owner.json")
+    os.unlink(record)
+    broker.restart()
+    _produce(broker.bootstrap, "old", 2)
+    assert json.loads(Path(record).read_text())["mode"] == "embedded"
+
+
+def _produce_error(bootstrap: str, topic: str) -> KafkaError | None:
+    """The delivery error of one acks=all record sent without retries (None: acked)."""
+    errors: list[KafkaError | None] = []
+    p = Producer({"bootstrap.servers": bootstrap, "acks": "all", "retries": 0,
+                  "enable.idempotence": False, "linger.ms": 0})  # fmt: skip
+    p.produce(topic, value=b"late", on_delivery=lambda err, _msg: errors.append(err))
+    assert p.flush(30) == 0
+    return errors[0]
+
+
+def _stopped_acknowledging(broker: BrokerProcess) -> str | None:
+    return broker.wait_for_line(
+        lambda ln: " ERROR " in ln and "stops acknowledging writes to every partition" in ln,
+        timeout=30,
+    )
+
+
+def test_an_embedded_broker_stops_acknowledging_once_a_partition_is_taken_over(
+    broker: BrokerProcess,
+) -> None:
+    """A cluster broker of an older sparklog (no owner check) taking a partition over, as
+    in the report: the embedded broker finds the newer epoch, logs why and acknowledges no
+    more writes, on any partition (KAFKA_STORAGE_ERROR, as Kafka answers for an offline log
+    dir), and deletes nothing."""
+    _produce(broker.bootstrap, "shared", 5)
+    _produce(broker.bootstrap, "other", 1)
+    storage = Storage(broker.data_dir)
+    foreign = storage.open_log("shared", 0, leader_epoch=7, writer="cluster broker 1")
+    foreign.append(make_records([b"theirs"]))
+    line = _stopped_acknowledging(broker)
+    assert line is not None and "committed leader epoch 7" in line, broker.lines[-5:]
+    for topic in ("shared", "other"):
+        err = _produce_error(broker.bootstrap, topic)
+        assert err is not None and err.code() == KafkaError.KAFKA_STORAGE_ERROR, err
+    view = storage.reader("shared", 0).view()
+    values = [v for b in view.batches(0) for v in b.column("value").to_pylist()]
+    assert values == [b"v%d" % i for i in range(5)] + [b"theirs"]
+    foreign.close()
+
+
+def test_an_embedded_broker_stops_acknowledging_once_its_owner_record_changes(
+    broker: BrokerProcess,
+) -> None:
+    _produce(broker.bootstrap, "t", 1)
+    record = os.path.join(broker.data_dir, "owner.json")
+    os.unlink(record)
+    owner.claim(LocalFileSystem(), broker.data_dir, Owner.of_cluster("prod", "127.0.0.1:1"))
+    line = _stopped_acknowledging(broker)
+    assert line is not None and "cluster 'prod'" in line, broker.lines[-5:]
+    err = _produce_error(broker.bootstrap, "t")
+    assert err is not None and err.code() == KafkaError.KAFKA_STORAGE_ERROR, err

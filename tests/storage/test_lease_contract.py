@@ -113,7 +113,7 @@ def test_lease_of_a_killed_process_is_released(backend: Backend) -> None:
         assert child.stdout is not None
         word, epoch = child.stdout.readline().split()
         assert word == b"locked"
-        with pytest.raises(DataDirLockedError, match="pid="):
+        with pytest.raises(DataDirLockedError, match=rf"\(child, pid {child.pid} on host "):
             backend.store.acquire(DATA_DIR, "parent")
     finally:
         child.kill()

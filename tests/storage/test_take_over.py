@@ -95,13 +95,15 @@ def test_a_zombie_acknowledges_nothing_once_its_fence_fails(fs: LocalFileSystem,
 def test_nothing_a_zombie_writes_after_take_over_becomes_visible(
     fs: LocalFileSystem, root: str
 ) -> None:
-    """Even a zombie whose etcd check passed just before the take-over (no fence at all
-    here) moves only its own epoch's checkpoint: readers of the new manifest never see it."""
-    zombie = lead(fs, root, 1)
+    """Even a zombie whose etcd check passes after the take-over (a fence that never
+    fails here) acknowledges nothing: its round finds the newer epoch in the manifest
+    (``sparklog.storage.epochs``); its records stay past the frozen end, never read."""
+    zombie = lead(fs, root, 1, Fence())
     zombie.append(records(0, 3))
     new = lead(fs, root, 2)
-    zombie.append(records(100, 4))  # appended, fsynced, its own watermark moved
-    assert zombie.high_watermark == 7
+    with pytest.raises(LeaseLostError, match="leader epoch 2"):
+        zombie.append(records(100, 4))  # appended and fsynced, not acknowledged
+    assert zombie.high_watermark == 3
     new.append(records(3, 1))
     assert read_all(fs, root) == [b"v0", b"v1", b"v2", b"v3"]
     assert values(new.batches(0)) == [b"v0", b"v1", b"v2", b"v3"]

@@ -38,7 +38,10 @@ def compaction_lease(topic: str) -> str:
 def held_error(name: str, holder: str, where: str) -> LeaseHeldError:
     """The error for a lease someone else holds (the kind depends on the name)."""
     if name == DATA_DIR:
-        return DataDirLockedError(f"{where} is locked by another process ({holder or '?'})")
+        return DataDirLockedError(
+            f"{where} is locked by another process ({holder or '?'}): one writer per data "
+            "dir; stop that process first, or give another data dir"
+        )
     kind, _, topic = name.partition("/")
     if kind == COMPACTION:
         return CompactionRunningError(

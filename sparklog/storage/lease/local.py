@@ -10,9 +10,11 @@ dies, so a SIGKILLed holder never leaves a stale lease, and a live holder never 
 File content, rewritten (and fsynced) by each new holder while it holds the lock, so the
 epoch only ever grows::
 
-    epoch=7 holder=broker 0 pid 1234 since=1763980000
+    epoch=7 holder=broker 0 pid=1234 host=web-3 since=1763980000
 
-A file from before epochs existed (``pid=... since=...``) counts as epoch 0.
+A file from before epochs existed (``pid=... since=...``) counts as epoch 0; one from
+before hosts were recorded has no ``host=``. ``describe_holder`` turns a line into what an
+error shows a person ("broker 0, pid 1234 on host web-3, since 2025-11-24 10:26:40 UTC").
 Thread-safety: a ``LocalLease`` may be used from any thread; ``flock`` excludes other open
 files of the same path, in this process too.
 """
@@ -30,6 +32,22 @@ from sparklog.storage import names
 from sparklog.storage.lease import DATA_DIR, Lease, LeaseStore, held_error
 
 _EPOCH = re.compile(r"\bepoch=(\d+)")
+_HOLDER = re.compile(
+    r"(?:\bholder=(?P<holder>.*?) )?\bpid=(?P<pid>\d+)(?: host=(?P<host>\S+))?"
+    r" since=(?P<since>\d+)"
+)
+
+
+def describe_holder(content: str) -> str:
+    """A lease file's line (module docstring) as a person reads it; the line itself if it
+    does not parse."""
+    m = _HOLDER.search(content)
+    if m is None:
+        return content or "holder unknown"
+    since = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(int(m["since"])))
+    where = f" on host {m['host']}" if m["host"] else ""
+    who = f"{m['holder']}, " if m["holder"] else ""
+    return f"{who}pid {m['pid']}{where}, since {since}"
 
 
 class LocalLease(Lease):
@@ -80,12 +98,15 @@ class LocalLeaseStore(LeaseStore):
             finally:
                 os.close(fd)
             where = self.directory if name == DATA_DIR else path
-            raise held_error(name, content, where) from None
+            raise held_error(name, describe_holder(content), where) from None
         try:
             previous = os.pread(fd, 300, 0).decode(errors="replace")
             found = _EPOCH.search(previous)
             epoch = int(found.group(1)) + 1 if found else 1
-            line = f"epoch={epoch} holder={holder} pid={os.getpid()} since={int(time.time())}\n"
+            line = (
+                f"epoch={epoch} holder={holder} pid={os.getpid()} host={os.uname().nodename} "
+                f"since={int(time.time())}\n"
+            )
             os.ftruncate(fd, 0)
             os.pwrite(fd, line.encode(), 0)
             os.fsync(fd)
