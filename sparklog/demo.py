@@ -27,11 +27,13 @@ streaming query (about a third of the demo's time when it came first).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import random
 import shutil
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -190,6 +192,22 @@ def stream_orders(spark: SparkSession, data_dir: str, bootstrap: str, checkpoint
     return seen[0], lags
 
 
+@contextlib.contextmanager
+def _started(broker: BrokerProcess, *, beside: Callable[[], None]) -> Iterator[BrokerProcess]:
+    """``with broker:``, with its start (a Python process that imports sparklog and opens
+    its storage) overlapping ``beside`` (registering the data source, which starts a
+    Python worker); the broker is stopped however the block ends. ``beside`` runs in the
+    other thread: the broker dies with the thread that starts it (PR_SET_PDEATHSIG)."""
+    try:
+        with ThreadPoolExecutor(1) as pool:
+            done = pool.submit(beside)
+            broker.start()
+            done.result()
+        yield broker
+    finally:
+        broker.__exit__(None, None, None)
+
+
 def read_while_writing(spark: SparkSession, data_dir: str) -> int:
     """The ``orders`` events a Spark batch query finds while the producer is writing."""
     df = spark.read.format("sparklog").option("subscribe", ORDERS).load(data_dir)
@@ -231,20 +249,17 @@ def run(
     keep: bool = False,
     say: Say = print,
 ) -> DemoReport:
-    from concurrent.futures import ThreadPoolExecutor
-
     import sparklog.spark
     from sparklog.compaction.compactor import compact
     from sparklog.compaction.retention import apply_retention
     from sparklog.storage import Storage
 
-    sparklog.spark.register(spark)
     shutil.rmtree(data_dir, ignore_errors=True)  # the demo's own directory: start afresh
     report = DemoReport()
     model = Model()
     broker = BrokerProcess(f"{data_dir}/broker")
     t_start = time.perf_counter()
-    with broker:
+    with _started(broker, beside=lambda: sparklog.spark.register(spark)):
         say(f"broker: listening on {broker.bootstrap} (data in {broker.data_dir})")
         # several sealed segments per partition at any --events, so compaction has work
         segment_bytes = min(512 * 1024, max(64 * 1024, events * 4))
