@@ -322,6 +322,8 @@ class ClusterMember:
         for p, epoch in sorted(mine.items()):
             if p in self.manager.handles or self._stop.is_set():
                 continue
+            if self.manager.foreign is not None:
+                break  # another writer on the storage: take nothing over (stop_writes)
             try:
                 self.manager.topic(p[0])
             except SparkLogError:

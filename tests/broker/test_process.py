@@ -247,8 +247,9 @@ def test_an_embedded_broker_stops_acknowledging_once_a_partition_is_taken_over(
 ) -> None:
     """A cluster broker of an older sparklog (no owner check) taking a partition over, as
     in the report: the embedded broker finds the newer epoch, logs why and acknowledges no
-    more writes, on any partition (KAFKA_STORAGE_ERROR, as Kafka answers for an offline log
-    dir), and deletes nothing."""
+    more writes, on any partition, and deletes nothing. KAFKA_STORAGE_ERROR is the answer
+    Kafka's ReplicaManager gives for a partition whose log dir it took offline (read in its
+    source, not run against Kafka here)."""
     _produce(broker.bootstrap, "shared", 5)
     _produce(broker.bootstrap, "other", 1)
     storage = Storage(broker.data_dir)

@@ -1,16 +1,25 @@
 """Embedded and cluster brokers never share a storage root (``sparklog.storage.owner``):
 each refuses a root another kind of writer owns, naming it. Real etcd, real brokers.
 
-Kafka refuses the same way: a broker whose log dir holds a ``meta.properties`` of another
-cluster id does not start (see tests/broker/test_process.py for the check against Kafka)."""
+Kafka refuses the same way. Checked by hand against Apache Kafka 4.3.1 (bench/_kafka.py's
+jars): two log dirs formatted by ``StorageTool format`` with different cluster ids, then
+``kafka.Kafka`` with ``log.dirs`` naming both, exits 1 with ``Invalid cluster.id in:
+<dir>/meta.properties. Expected <id>, but read <other id>``. sparklog's message also names
+the owner's mode and etcd, since when, and what to do."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
+from confluent_kafka import KafkaError, Producer
 
 from sparklog.harness import BrokerProcess, EtcdCluster
+from sparklog.storage import owner
+from sparklog.storage.fs.local import LocalFileSystem
+from sparklog.storage.owner import Owner
+
+from .helpers import create_topic
 
 
 def _cluster_broker(data: Path, etcd: EtcdCluster, node: int, *extra: str) -> BrokerProcess:
@@ -49,3 +58,28 @@ def test_a_cluster_broker_refuses_another_clusters_root(etcd: EtcdCluster, tmp_p
     assert "a broker of cluster 'green' may not write it: start it with --cluster blue" in str(
         e.value
     )
+
+
+def test_a_cluster_broker_stops_acknowledging_once_the_owner_record_changes(
+    etcd: EtcdCluster, tmp_path: Path
+) -> None:
+    """The record names an embedded broker now (deleted and claimed by one of an older
+    sparklog, say): the cluster broker logs why and acknowledges no more writes."""
+    shared = tmp_path / "shared"
+    with _cluster_broker(shared, etcd, 1) as broker:
+        create_topic(broker.bootstrap, "t", 1)
+        p = Producer({"bootstrap.servers": broker.bootstrap, "acks": "all"})
+        p.produce("t", value=b"before")
+        assert p.flush(30) == 0
+        (shared / "owner.json").unlink()
+        owner.claim(LocalFileSystem(), str(shared), Owner.embedded())
+        line = broker.wait_for_line(
+            lambda ln: " ERROR " in ln and "stops acknowledging writes" in ln, timeout=30
+        )
+        assert line is not None and "an embedded broker" in line, broker.lines[-5:]
+        errors: list[KafkaError | None] = []
+        p = Producer({"bootstrap.servers": broker.bootstrap, "acks": "all", "retries": 0,
+                      "enable.idempotence": False})  # fmt: skip
+        p.produce("t", value=b"after", on_delivery=lambda err, _m: errors.append(err))
+        assert p.flush(30) == 0
+        assert errors[0] is not None and errors[0].code() == KafkaError.KAFKA_STORAGE_ERROR
