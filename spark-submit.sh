@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
-# Run a sparklog job with the venv's Spark and conf/spark-defaults.conf.
+# Run a sparklog job, or your own PySpark script, with the venv's Spark,
+# conf/spark-defaults.conf and sparklog's jars and session conf.
 #
 #   ./spark-submit.sh [SPARK-SUBMIT OPTIONS...] JOB [JOB ARGS...]
+#   ./spark-submit.sh [SPARK-SUBMIT OPTIONS...] path/to/script.py [SCRIPT ARGS...]
 #
-# JOB is a file jobs/JOB.py (demo, and later retention, compaction, export). Options before
-# JOB go to spark-submit unchanged, e.g. `./spark-submit.sh --master yarn --num-executors 4
-# compaction --topic t`, so the same jobs run on a cluster.
+# JOB is a file jobs/JOB.py (demo, retention, compaction, export); a path to an existing
+# .py file runs that script as spark-submit does. Options before JOB go to spark-submit
+# unchanged, e.g. `./spark-submit.sh --master yarn --num-executors 4 compaction --topic t`,
+# so the same jobs run on a cluster.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 VENV=${VENV:-$here/.venv}
@@ -26,14 +29,27 @@ while [ $# -gt 0 ] && [[ "$1" == -* ]]; do
     spark_args+=("$1" "$2"); shift 2
   fi
 done
-if [ $# -eq 0 ]; then
-  echo "usage: ./spark-submit.sh [SPARK-SUBMIT OPTIONS...] JOB [JOB ARGS...]" >&2
+jobs_list() {
   echo "jobs: $(cd "$here/jobs" && ls *.py | grep -v '^_' | sed 's/\.py$//' | tr '\n' ' ')" >&2
+}
+if [ $# -eq 0 ]; then
+  echo "usage: ./spark-submit.sh [SPARK-SUBMIT OPTIONS...] JOB|SCRIPT.py [ARGS...]" >&2
+  jobs_list
   exit 2
 fi
 job=$1; shift
-if [ ! -f "$here/jobs/$job.py" ]; then
-  echo "spark-submit.sh: unknown job '$job' (no jobs/$job.py)" >&2
+if [[ "$job" == *.py || "$job" == */* ]]; then
+  # a script of one's own: a path, as spark-submit takes it
+  if [ ! -f "$job" ]; then
+    echo "spark-submit.sh: no such script '$job'" >&2
+    exit 2
+  fi
+  app=$(cd "$(dirname "$job")" && pwd)/$(basename "$job")
+elif [ -f "$here/jobs/$job.py" ]; then
+  app=$here/jobs/$job.py
+else
+  echo "spark-submit.sh: unknown job '$job' (not in jobs/, and not a path to a .py script)" >&2
+  jobs_list
   exit 2
 fi
 
@@ -47,4 +63,4 @@ export PYTHONPATH="$here${PYTHONPATH:+:$PYTHONPATH}"
 # options above wins.
 mapfile -t jars < <(PYTHONPATH="$here" "$VENV/bin/python" -m sparklog.jars)
 exec "$VENV/bin/spark-submit" --properties-file "$SPARK_CONF_DIR/spark-defaults.conf" \
-  "${jars[@]}" "${spark_args[@]}" "$here/jobs/$job.py" "$@"
+  "${jars[@]}" "${spark_args[@]}" "$app" "$@"

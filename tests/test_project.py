@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
+import sys
+import tomllib
 from pathlib import Path
 
 import pytest
+
+from sparklog.jars import spark_session_conf
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -85,7 +90,7 @@ def test_old_java_is_a_clear_message(tmp_path: Path) -> None:
     assert "found Java '11.0.2'" in out.stderr
 
 
-def test_spark_submit_rejects_an_unknown_job() -> None:
+def test_spark_submit_rejects_an_unknown_job_and_lists_the_jobs() -> None:
     out = subprocess.run(
         [str(ROOT / "spark-submit.sh"), "--master", "local[1]", "no-such-job"],
         capture_output=True,
@@ -94,9 +99,167 @@ def test_spark_submit_rejects_an_unknown_job() -> None:
     )
     assert out.returncode == 2
     assert "unknown job 'no-such-job'" in out.stderr
+    assert "jobs: " in out.stderr and "export" in out.stderr
+
+
+def test_spark_submit_says_a_script_path_does_not_exist(tmp_path: Path) -> None:
+    out = subprocess.run(
+        [str(ROOT / "spark-submit.sh"), str(tmp_path / "mine.py")],
+        capture_output=True, text=True, env={**os.environ},
+    )  # fmt: skip
+    assert out.returncode == 2
+    assert f"no such script '{tmp_path / 'mine.py'}'" in out.stderr
+
+
+USER_SCRIPT = """
+import json
+import sys
+
+from pyspark.sql import SparkSession
+
+import sparklog.spark
+
+out = sys.argv[1]
+spark = SparkSession.builder.appName("mine").getOrCreate()
+sparklog.spark.register(spark)
+spark.createDataFrame([(1, "a"), (2, "b")], "n int, s string").write.json(out + "/rows")
+names = ("spark.jars", "spark.sql.extensions", "spark.sql.python.filterPushdown.enabled")
+with open(out + "/conf.json", "w") as f:
+    json.dump({k: spark.conf.get(k, "") for k in names}, f)
+spark.stop()
+"""
+
+
+@pytest.mark.spark
+def test_spark_submit_runs_a_users_script_with_sparklogs_jars_and_conf(tmp_path: Path) -> None:
+    script = tmp_path / "scripts" / "my_job.py"
+    script.parent.mkdir()
+    script.write_text(USER_SCRIPT)
+    out_dir = tmp_path / "out"
+    out_dir.mkdir()
+    run = subprocess.run(
+        [str(ROOT / "spark-submit.sh"), "--master", "local[1]", "scripts/my_job.py",
+         str(out_dir)],
+        capture_output=True, text=True, timeout=600, cwd=tmp_path, env={**os.environ},
+    )  # fmt: skip
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    rows = [json.loads(line) for f in sorted((out_dir / "rows").glob("part-*.json"))
+            for line in f.read_text().splitlines()]  # fmt: skip
+    assert sorted(r["n"] for r in rows) == [1, 2]
+    conf = json.loads((out_dir / "conf.json").read_text())
+    assert conf["spark.sql.python.filterPushdown.enabled"] == "true"  # spark-defaults.conf
+    wanted = spark_session_conf()
+    assert sorted(Path(j).name for j in conf["spark.jars"].split(",") if j) == sorted(
+        Path(j).name for j in wanted.get("spark.jars", "").split(",") if j
+    )
+    assert conf["spark.sql.extensions"] == wanted.get("spark.sql.extensions", "")
 
 
 def test_spark_submit_without_a_job_lists_the_jobs() -> None:
     out = subprocess.run([str(ROOT / "spark-submit.sh")], capture_output=True, text=True)
     assert out.returncode == 2
     assert "demo" in out.stderr
+
+
+def test_the_broker_and_cli_install_without_spark() -> None:
+    """pyproject.toml: PySpark and delta-spark are extras (``spark``, ``jobs``), not
+    dependencies of the broker and the CLI; ``dev`` has them all."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+
+    def names(reqs: list[str]) -> set[str]:
+        return {re.split(r"[<>=!~\[; ]", r, maxsplit=1)[0].lower() for r in reqs}
+
+    extras = project["optional-dependencies"]
+    assert not names(project["dependencies"]) & {"pyspark", "delta-spark"}
+    assert "pyspark" in names(extras["spark"])
+    assert {"delta-spark", "sparklog"} <= names(extras["jobs"])
+    assert "sparklog[jobs]" in extras["dev"]
+
+
+#: a ``sitecustomize`` that makes PySpark and delta-spark unimportable, as in an install
+#: without the ``spark`` extra
+NO_SPARK = """
+import sys
+
+
+class NoSpark:
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in ("pyspark", "delta", "py4j"):
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+        return None
+
+
+sys.meta_path.insert(0, NoSpark())
+"""
+
+WITHOUT_SPARK = """
+import subprocess
+import sys
+
+from kafka import KafkaConsumer, KafkaProducer
+
+import sparklog
+from sparklog.errors import SparkMissingError
+from sparklog.harness import BrokerProcess
+
+try:
+    import pyspark  # noqa: F401
+    sys.exit("pyspark is importable")
+except ModuleNotFoundError:
+    pass
+
+
+def cli(*args):
+    out = subprocess.run([sys.executable, "-m", "sparklog.cli", *args], capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 0, out.stdout + out.stderr
+    return out.stdout
+
+
+with BrokerProcess(sys.argv[1], schema_registry=True, metrics=True) as broker:
+    cli("topics", "create", "orders", "--partitions", "2", "--bootstrap-server", broker.bootstrap)
+    assert "orders" in cli("topics", "list", "--bootstrap-server", broker.bootstrap)
+    producer = KafkaProducer(bootstrap_servers=broker.bootstrap, acks="all")
+    for i in range(10):
+        producer.send("orders", key=b"k%d" % i, value=b"v%d" % i)
+    producer.flush()
+    producer.close()
+    consumer = KafkaConsumer("orders", bootstrap_servers=broker.bootstrap, group_id="g",
+                             auto_offset_reset="earliest", consumer_timeout_ms=20000)
+    seen = set()
+    for record in consumer:
+        seen.add(record.value)
+        if len(seen) == 10:
+            break
+    consumer.commit()
+    consumer.close()
+    assert seen == {b"v%d" % i for i in range(10)}, seen
+    assert "orders" in cli("groups", "describe", "g", "--bootstrap-server", broker.bootstrap)
+    assert broker.stop() == 0
+import sparklog.spark
+
+try:
+    sparklog.spark.register(None)
+    sys.exit("register worked without pyspark")
+except SparkMissingError as e:
+    print("register:", e)
+print("pyspark modules:", sorted(m for m in sys.modules if m.startswith(("pyspark", "delta"))))
+"""
+
+
+def test_the_broker_and_cli_run_without_pyspark(tmp_path: Path) -> None:
+    """The broker (with its Schema Registry and /metrics), the CLI and a Kafka client's
+    produce/consume round trip, in processes where PySpark, delta-spark and py4j cannot be
+    imported; ``sparklog.spark.register`` then says how to get the Spark side."""
+    (tmp_path / "sitecustomize.py").write_text(NO_SPARK)
+    script = tmp_path / "without_spark.py"
+    script.write_text(WITHOUT_SPARK)
+    path = os.environ.get("PYTHONPATH")
+    env = {**os.environ, "PYTHONPATH": str(tmp_path) + (os.pathsep + path if path else "")}
+    out = subprocess.run(
+        [sys.executable, str(script), str(tmp_path / "data")],
+        capture_output=True, text=True, timeout=300, env=env,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    assert "pip install 'sparklog[spark]'" in out.stdout, out.stdout
+    assert "pyspark modules: []" in out.stdout, out.stdout
