@@ -333,6 +333,10 @@ class OptionError(SparkLogError, ValueError):
     """A format("sparklog") option is unknown, malformed or contradicts another."""
 
 
+class SparkMissingError(SparkLogError, ImportError):
+    """The Spark side is used where PySpark is not installed, or too old a version is."""
+
+
 class SinkWriteError(SparkLogError):
     """The Spark sink could not write its records through the broker."""
 

@@ -155,3 +155,30 @@ def test_no_module_is_over_600_lines() -> None:
         if (n := len(p.read_text().splitlines())) > MAX_MODULE_LINES
     }
     assert not long, long
+
+
+def _reachable(start: str) -> set[str]:
+    seen: set[str] = set()
+    todo = [start]
+    while todo:
+        m = todo.pop()
+        if m not in seen:
+            seen.add(m)
+            todo.extend(GRAPH.get(m, ()))
+    return seen
+
+
+@pytest.mark.parametrize(
+    "entry", ["sparklog", "sparklog.cli", "sparklog.broker.server", "sparklog.harness"]
+)
+def test_the_broker_and_cli_reach_no_spark(entry: str) -> None:
+    """PySpark and delta-spark are extras (``sparklog[spark]``, ``sparklog[jobs]``): no
+    module the broker or the CLI can import, directly or through other sparklog modules,
+    imports them (tests/test_project.py runs them with PySpark unimportable)."""
+    bad = {
+        f"{m} -> {d}"
+        for m in _reachable(entry)
+        for d in _raw_imports_of(m).get(m, set())
+        if d.split(".")[0] in ("pyspark", "delta", "py4j")
+    }
+    assert not bad, sorted(bad)

@@ -31,6 +31,7 @@ import functools
 from collections.abc import Callable
 from typing import Any
 
+from sparklog.datasource import ADMISSION_CONTROL, SPARK_VERSION
 from sparklog.datasource.options import JVM_PLAN_OPTION, jvm_plan_option
 from sparklog.errors import OptionError
 
@@ -171,6 +172,23 @@ def _jvm_decoding(spark: Any, o: Any) -> Any:
     return dataclasses.replace(decoding, fields=fields)
 
 
+def check_stream_features(o: Any, admission_control: bool) -> None:
+    """Refuse the options a Spark without admission control for Python streaming sources
+    (before 4.2) would silently ignore."""
+    if admission_control:
+        return
+    for name, value in (
+        ("maxOffsetsPerTrigger", o.max_offsets_per_trigger),
+        ("minOffsetsPerTrigger", o.min_offsets_per_trigger),
+    ):
+        if value:
+            raise OptionError(
+                f"option {name} needs Spark 4.2 or newer (admission control of Python "
+                f"streaming sources); this session's PySpark is {SPARK_VERSION[0]}."
+                f"{SPARK_VERSION[1]}"
+            )
+
+
 def _stream_options(given: dict[str, str]) -> Any:
     """``stream_options``; the group's broker settings are kept for the listener's commits
     (``sparklog.datasource.progress.remember``)."""
@@ -178,6 +196,7 @@ def _stream_options(given: dict[str, str]) -> Any:
     from sparklog.datasource.progress import remember
 
     o = stream_options(given)
+    check_stream_features(o, ADMISSION_CONTROL)
     if o.group and o.client is not None:
         remember(o.group, o.client)
     return o

@@ -1,5 +1,11 @@
 """``spark.readStream.format("sparklog")``: micro-batches of offset ranges.
 
+Spark 4.2 or newer gives everything below; under Spark 4.1 (no admission control for Python
+sources, ``sparklog.datasource.ADMISSION_CONTROL``) each micro-batch reads all that is
+there, ``maxOffsetsPerTrigger``/``minOffsetsPerTrigger`` are refused, ``Trigger.AvailableNow``
+runs through Spark's own wrapper, and the group is committed by ``commit`` (when Spark plans
+the next batch) rather than as each batch ends.
+
 Offsets are JSON ``{"topic": {"partition": next offset}}`` as in Spark's Kafka source.
 Admission control: ``maxOffsetsPerTrigger`` becomes the default read limit
 (``ReadMaxRows``); a limit is shared between partitions in proportion to their backlog, so
@@ -25,17 +31,26 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
-from pyspark.sql.streaming.datasource import (
-    ReadAllAvailable,
-    ReadLimit,
-    ReadMaxRows,
-    ReadMinRows,
-    SupportsTriggerAvailableNow,
-)
+
+from sparklog.datasource import ADMISSION_CONTROL
+
+if ADMISSION_CONTROL or TYPE_CHECKING:
+    from pyspark.sql.streaming.datasource import (
+        ReadAllAvailable,
+        ReadLimit,
+        ReadMaxRows,
+        ReadMinRows,
+        SupportsTriggerAvailableNow,
+    )
+else:  # Spark 4.1: no admission control; Spark runs AvailableNow with its own wrapper
+
+    class SupportsTriggerAvailableNow:  # the mixin's name, with nothing in it
+        pass
+
 
 from sparklog.datasource.options import StreamOptions
 from sparklog.datasource.plan import ReadPlanner, TopicPartition
@@ -159,7 +174,11 @@ class SparkLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return ReadMinRows(o.min_offsets_per_trigger)
         return ReadAllAvailable()
 
-    def latestOffset(self, start: Offsets, limit: ReadLimit) -> Offsets:
+    def latestOffset(self, start: Offsets | None = None, limit: ReadLimit | None = None) -> Offsets:
+        if start is None:  # Spark 4.1 asks without a start: everything there, no limit
+            self._bounds()
+            assert self._latest_seen is not None
+            return _nest(self._within_target(self._latest_seen))
         # ``start`` is the end of the last batch Spark completed: commit it to the group
         # here too, because Spark calls ``commit`` for a batch only once it plans the next
         # one, so the last batch of a query (an AvailableNow run) would never be committed.

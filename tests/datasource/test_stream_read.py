@@ -12,6 +12,7 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 import sparklog.spark
+from sparklog.datasource import ADMISSION_CONTROL
 from sparklog.datasource.options import stream_options
 from sparklog.errors import OptionError
 from sparklog.jars import has_jvm_class
@@ -21,6 +22,11 @@ from sparklog.storage.records import make_records
 from ..broker.conftest import BrokerProcess
 
 pytestmark = pytest.mark.spark
+#: admission control, the source's reported latest offset (and so the group commits as each
+#: batch ends): Spark 4.2 on (sparklog.datasource.ADMISSION_CONTROL)
+needs_admission_control = pytest.mark.skipif(
+    not ADMISSION_CONTROL, reason="Spark 4.2's admission control for Python sources"
+)
 
 
 def _write(root: str, topic: str, values: list[bytes], partitions: int = 1) -> None:
@@ -78,6 +84,7 @@ def _run_values(spark: Any, root: str, checkpoint: str, **options: str) -> list[
     return [b for b in batches if b]
 
 
+@needs_admission_control
 def test_max_offsets_per_trigger_gives_exact_micro_batches(spark: Any, tmp_path: Path) -> None:
     root = str(tmp_path / "data")
     _write(root, "s", [b"v%d" % i for i in range(30)])
@@ -130,6 +137,7 @@ def test_available_now_stops_at_the_backlog_and_picks_up_new_partitions(
     assert [o for b in got for o in b] == [0, 1]
 
 
+@needs_admission_control
 def test_group_offsets_are_committed_through_the_broker(spark: Any, tmp_path: Path) -> None:
     broker = BrokerProcess(str(tmp_path / "broker"), metrics=True).start()
     try:
@@ -157,6 +165,7 @@ def test_group_offsets_are_committed_through_the_broker(spark: Any, tmp_path: Pa
         broker.stop()
 
 
+@needs_admission_control
 def test_group_lag_is_current_when_a_batch_ends_and_after_stop(spark: Any, tmp_path: Path) -> None:
     from sparklog.kafka import admin as kc
     from sparklog.kafka.client import KafkaClient
@@ -199,6 +208,7 @@ def test_group_lag_is_current_when_a_batch_ends_and_after_stop(spark: Any, tmp_p
         broker.stop()
 
 
+@needs_admission_control
 def test_micro_batches_over_a_topic_kafka_clients_produce_to(spark: Any, tmp_path: Path) -> None:
     broker = BrokerProcess(str(tmp_path / "broker")).start()
     try:
@@ -340,6 +350,33 @@ def test_offsets_json_matches_kafka_sources_shape(tmp_path: Path) -> None:
     assert reader.reportLatestOffset() == {"s": {"0": 2}}
 
 
+def test_spark_4_1_asks_for_the_latest_offset_without_a_start(tmp_path: Path) -> None:
+    """Spark 4.1 calls ``latestOffset()`` with no start and no limit (admission control
+    for Python sources came with 4.2): everything there, as one micro-batch."""
+    from sparklog.datasource.stream import SparkLogStreamReader
+
+    root = str(tmp_path / "data")
+    _write(root, "s", [b"a", b"b", b"c"])
+    reader = SparkLogStreamReader(stream_options({"path": root, "subscribe": "s",
+                                                  "startingOffsets": "earliest"}))  # fmt: skip
+    start = reader.initialOffset()
+    end = reader.latestOffset()
+    assert end == {"s": {"0": 3}}
+    assert [(r.start, r.end) for r in reader.partitions(start, end)] == [(0, 3)]
+
+
+def test_without_admission_control_trigger_limits_are_refused() -> None:
+    from sparklog.datasource.driver import check_stream_features
+
+    for name in ("maxOffsetsPerTrigger", "minOffsetsPerTrigger"):
+        o = stream_options({"path": "/x", "subscribe": "s", name: "10"})
+        check_stream_features(o, admission_control=True)
+        with pytest.raises(OptionError, match=f"option {name} needs Spark 4.2 or newer"):
+            check_stream_features(o, admission_control=False)
+    check_stream_features(stream_options({"path": "/x", "subscribe": "s"}), False)
+
+
+@needs_admission_control
 def test_reported_latest_offset_is_the_backlog_the_last_latest_offset_call_saw(
     tmp_path: Path,
 ) -> None:
@@ -359,6 +396,7 @@ def test_reported_latest_offset_is_the_backlog_the_last_latest_offset_call_saw(
     assert reader.reportLatestOffset() == {"s": {"0": 4}}
 
 
+@needs_admission_control
 def test_min_offsets_per_trigger_waits_for_records_or_the_delay(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -391,6 +429,7 @@ def test_min_offsets_per_trigger_waits_for_records_or_the_delay(
     assert reader.latestOffset(start, ReadMaxRows(100)) == {"s": {"0": 3}}  # delay passed
 
 
+@needs_admission_control
 def test_min_offsets_per_trigger_alone_is_the_default_read_limit(tmp_path: Path) -> None:
     from pyspark.sql.streaming.datasource import ReadMinRows
 
@@ -410,6 +449,7 @@ def test_min_offsets_per_trigger_alone_is_the_default_read_limit(tmp_path: Path)
     assert reader.latestOffset(start, limit) == {"s": {"0": 5}}
 
 
+@needs_admission_control
 def test_a_query_with_only_min_offsets_per_trigger_waits_for_them(
     spark: Any, tmp_path: Path
 ) -> None:

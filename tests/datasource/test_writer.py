@@ -25,6 +25,7 @@ from pyspark.sql.types import (
 )
 
 import sparklog.spark
+from sparklog.datasource import ADMISSION_CONTROL
 from sparklog.datasource.producer import PartitionStream, cut_batches
 from sparklog.datasource.writer import (
     CRASH_POINTS,
@@ -308,6 +309,7 @@ def test_the_default_save_mode_appends_as_the_kafka_sink_does(spark: Any, broker
 
 
 @pytest.mark.spark
+@pytest.mark.skipif(not ADMISSION_CONTROL, reason="maxOffsetsPerTrigger: Spark 4.2 on")
 def test_stream_write_commits_each_batch_once(spark: Any, broker: Any, tmp_path: Path) -> None:
     sparklog.spark.register(spark)
     p = Producer({"bootstrap.servers": broker.bootstrap})
