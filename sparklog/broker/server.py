@@ -354,7 +354,11 @@ class Broker:
         assert self.manager is not None
         if self.owner is not None and self.manager.foreign is None:
             st = self.storage
-            changed = owner.verify(st.fs, st.root, self.owner, uri=st.uri)
+            try:
+                changed = owner.verify(st.fs, st.root, self.owner, uri=st.uri)
+            except OSError:  # unreadable for now: read again at the next step
+                log.exception("cannot read the owner record of %s", st.uri)
+                changed = None
             if changed is not None:
                 self.manager.stop_writes(changed)
         if self.security is not None:
