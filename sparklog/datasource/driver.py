@@ -7,7 +7,8 @@ with the DataSource's own rules (``sparklog.datasource.options``, ``writer.write
 before Spark is asked: a wrong option raises ``OptionError`` right where the user called
 ``load``, ``save`` or ``start``. What the read planner would refuse first is checked there
 as well (``check_sources``): the path must hold sparklog storage (``NoStorageError``), a
-batch read's topics must exist (``OptionError`` naming ``subscribe`` or ``assign``), and
+read's topics must exist (``OptionError`` naming ``subscribe`` or ``assign``; a stream
+with ``failOnDataLoss=false`` may wait for them), and
 with ``kafka.bootstrap.servers`` the principal must be allowed to READ them
 (``TopicAuthorizationError``). Typed keys and values are checked there too: the subject
 and version exist in the registry and are of the format asked for (reads), the DataFrame's
@@ -116,17 +117,19 @@ def _read_check(parse: Callable[[dict[str, str]], Any]) -> Callable[..., Any]:
 def check_sources(o: Any) -> None:
     """Refuse, here in the driver, a read the planner would refuse in a Python worker:
     a path without sparklog storage, a batch read's topic or partition that does not
-    exist, a topic the principal may not READ. A stream's topics may be missing at ``load``
-    (a restarted query follows ``failOnDataLoss`` for a topic deleted meanwhile): its
-    READ check covers the topics that exist, and the stream checks the others when it
-    first plans them."""
+    exist, a topic the principal may not READ. A stream with ``failOnDataLoss=false`` may
+    name missing topics at ``load`` (a restarted query skips a topic deleted meanwhile):
+    its READ check covers the topics that exist, and the stream checks the others when it
+    first plans them; with ``true`` a missing topic fails the query either way, here
+    with the message first."""
     from sparklog.datasource.options import StreamOptions
     from sparklog.datasource.plan import ReadPlanner
     from sparklog.kafka.security_admin import require_read_access
     from sparklog.storage import Storage
 
     plan = ReadPlanner.of(o)
-    plan.topic_partitions(Storage(o.path).require(), strict=not isinstance(o, StreamOptions))
+    strict = not isinstance(o, StreamOptions) or o.fail_on_data_loss
+    plan.topic_partitions(Storage(o.path).require(), strict=strict)
     if o.client is not None:
         require_read_access(o.client, sorted(plan.topic_ids))
 

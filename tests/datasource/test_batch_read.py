@@ -184,6 +184,19 @@ def test_unknown_topic_is_the_first_line_the_user_sees(read: Any) -> None:
         assert first.startswith(f"option {next(iter(options))}: "), str(e.value)
 
 
+def test_a_streams_unknown_topic_is_the_first_line_the_user_sees(
+    spark: Any, data: str, tmp_path: Path
+) -> None:
+    sparklog.spark.register(spark)
+    with pytest.raises(Exception, match="nope") as e:
+        spark.readStream.format("sparklog").option("subscribe", "nope").load(
+            data
+        ).writeStream.format("noop").option(
+            "checkpointLocation", str(tmp_path / "ck")
+        ).start().awaitTermination(120)
+    assert str(e.value).splitlines()[0].startswith("option subscribe: "), str(e.value)
+
+
 def test_a_path_without_storage_is_the_first_line_the_user_sees(spark: Any, tmp_path: Path) -> None:
     sparklog.spark.register(spark)
     wrong = str(tmp_path / "not-a-storage-root")
