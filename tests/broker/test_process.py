@@ -15,9 +15,8 @@ from pathlib import Path
 import pytest
 from confluent_kafka import KafkaError, Producer
 
-from sparklog.storage import Storage, owner
+from sparklog.storage import Storage
 from sparklog.storage.checkpoints import read_leader_epochs
-from sparklog.storage.fs.local import LocalFileSystem
 from sparklog.storage.owner import Owner
 from sparklog.storage.records import make_records
 
@@ -271,8 +270,10 @@ def test_an_embedded_broker_stops_acknowledging_once_its_owner_record_changes(
 ) -> None:
     _produce(broker.bootstrap, "t", 1)
     record = os.path.join(broker.data_dir, "owner.json")
-    os.unlink(record)
-    owner.claim(LocalFileSystem(), broker.data_dir, Owner.of_cluster("prod", "127.0.0.1:1"))
+    # replaced in one step: the broker re-reading it between a delete and a create would
+    # claim it again
+    Path(record + ".new").write_bytes(Owner.of_cluster("prod", "127.0.0.1:1").to_json())
+    os.replace(record + ".new", record)
     line = _stopped_acknowledging(broker)
     assert line is not None and "cluster 'prod'" in line, broker.lines[-5:]
     err = _produce_error(broker.bootstrap, "t")

@@ -9,14 +9,13 @@ the owner's mode and etcd, since when, and what to do."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 from confluent_kafka import KafkaError, Producer
 
 from sparklog.harness import BrokerProcess, EtcdCluster
-from sparklog.storage import owner
-from sparklog.storage.fs.local import LocalFileSystem
 from sparklog.storage.owner import Owner
 
 from .helpers import create_topic
@@ -70,16 +69,19 @@ def test_a_cluster_broker_stops_acknowledging_once_the_owner_record_changes(
         create_topic(broker.bootstrap, "t", 1)
         p = Producer({"bootstrap.servers": broker.bootstrap, "acks": "all"})
         p.produce("t", value=b"before")
-        assert p.flush(30) == 0
-        (shared / "owner.json").unlink()
-        owner.claim(LocalFileSystem(), str(shared), Owner.embedded())
+        assert p.flush(60) == 0, broker.lines[-10:]
+        # replaced in one step: a broker re-reading it between a delete and a create
+        # would claim it again
+        (shared / "other.json").write_bytes(Owner.embedded().to_json())
+        os.replace(shared / "other.json", shared / "owner.json")
         line = broker.wait_for_line(
             lambda ln: " ERROR " in ln and "stops acknowledging writes" in ln, timeout=30
         )
         assert line is not None and "an embedded broker" in line, broker.lines[-5:]
         errors: list[KafkaError | None] = []
         p = Producer({"bootstrap.servers": broker.bootstrap, "acks": "all", "retries": 0,
-                      "enable.idempotence": False})  # fmt: skip
+                      "enable.idempotence": False, "message.timeout.ms": 20000})  # fmt: skip
         p.produce("t", value=b"after", on_delivery=lambda err, _m: errors.append(err))
-        assert p.flush(30) == 0
-        assert errors[0] is not None and errors[0].code() == KafkaError.KAFKA_STORAGE_ERROR
+        assert p.flush(40) == 0, broker.lines[-10:]
+        assert errors[0] is not None, broker.lines[-10:]
+        assert errors[0].code() == KafkaError.KAFKA_STORAGE_ERROR, (errors, broker.lines[-10:])
