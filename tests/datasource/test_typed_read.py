@@ -156,7 +156,7 @@ def test_undecodable_records_fail_naming_topic_partition_and_offset(
         ({"subscribe": "orders", "valueFormat": "protobuf"}, "must be one of binary, avro"),
         ({"subscribe": "orders", "valueFormat": "avro", "valueSchemaVersion": "0"},
          "must be a version >= 1"),
-        ({"subscribe": "nope", "valueFormat": "avro", "valueSubject": "nope-value"},
+        ({"subscribe": "orders", "valueFormat": "avro", "valueSubject": "nope-value"},
          "subject 'nope-value'"),
         ({"subscribe": "orders", "valueFormat": "json"}, "valueFormat=json, but version"),
         ({"subscribe": "orders", "schemaRegistryUrl": "http://x"}, "needs valueFormat or"),
@@ -166,6 +166,10 @@ def test_wrong_typed_options_fail_where_the_query_is_defined(
     spark: Any, broker: BrokerProcess, options: dict[str, str], message: str
 ) -> None:
     sparklog.spark.register(spark)
+    with KafkaClient(broker.bootstrap) as c:  # the topics exist: the typed options are wrong
+        for topic in ("orders", "old"):
+            if topic not in admin.list_topics(c):
+                admin.create_topic(c, topic, 1, {})
     with pytest.raises(OptionError, match=message):
         spark.read.format("sparklog").options(**options).load(broker.data_dir)
 
