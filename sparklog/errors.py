@@ -171,6 +171,18 @@ class InvalidBatchError(BatchError):
     """A record batch's header contradicts its records (counts, offsets, no records)."""
 
 
+class RecordsRefusedError(InvalidRecordsError):
+    """A batch refused because of some of its records (KIP-467): ``record_errors`` says
+    which (index in the batch) and why."""
+
+    def __init__(self, message: str, errors: list[tuple[int, str]]) -> None:
+        super().__init__(message)
+        self.record_errors = errors
+
+    def __reduce__(self) -> tuple[type[RecordsRefusedError], tuple[str, list[tuple[int, str]]]]:
+        return type(self), (str(self), self.record_errors)
+
+
 class OutOfOrderSequenceError(SparkLogError):
     """A produce batch's sequence does not follow the producer's last one."""
 
@@ -288,6 +300,17 @@ class AuthorizationError(SecurityError):
 
 class TopicAuthorizationError(AuthorizationError):
     """TOPIC_AUTHORIZATION_FAILED."""
+
+
+class TopicsDeniedError(TopicAuthorizationError):
+    """Some of the topics of one request are denied: ``denied`` holds their partitions."""
+
+    def __init__(self, denied: set[tuple[str, int]]) -> None:
+        super().__init__(f"topics denied: {', '.join(sorted({t for t, _ in denied}))}")
+        self.denied = denied
+
+    def __reduce__(self) -> tuple[type[TopicsDeniedError], tuple[set[tuple[str, int]]]]:
+        return type(self), (self.denied,)
 
 
 class GroupAuthorizationError(AuthorizationError, GroupError):
@@ -427,6 +450,26 @@ class SchemaDecodeError(SparkLogError):
     offset are in the message)."""
 
 
+class RegistryUnauthorizedError(AuthenticationError):
+    """A Schema Registry request without valid HTTP basic credentials (HTTP 401)."""
+
+
+class RegistryForbiddenError(AuthorizationError):
+    """A Schema Registry request whose principal may not change the subject (HTTP 403)."""
+
+
+class SchemasTooComplexError(SparkLogError):
+    """Two JSON Schemas have too many alternatives (anyOf/oneOf) to compare."""
+
+
+class UnusableWriterSchemaError(SparkLogError):
+    """A record's writer schema cannot decode its column (unknown id, wrong format)."""
+
+
+class JsonTypeError(SparkLogError, ValueError):
+    """A JSON document does not fit the reader schema's type."""
+
+
 # ---------------------------------------------------------------------------- jobs, tools
 
 
@@ -441,3 +484,7 @@ class ConfigFileError(SparkLogError, ValueError):
 
 class DemoCheckError(SparkLogError):
     """A step of the demo does not match the model of what was produced."""
+
+
+class JarsMissingError(SparkLogError, RuntimeError):
+    """The jars of a purpose are not fetched: the message says how to fetch them."""

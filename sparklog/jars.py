@@ -12,11 +12,9 @@ import os
 from pathlib import Path
 from typing import Any
 
+from sparklog.errors import JarsMissingError as JarsMissingError  # its old home: re-exported
+
 CHECKOUT = Path(__file__).resolve().parents[1]
-
-
-class JarsMissingError(RuntimeError):
-    """The jars of a purpose are not fetched: the message says how to fetch them."""
 
 
 def jar_dir(name: str) -> Path:

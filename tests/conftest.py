@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from sparklog.jars import JarsMissingError, jars, spark_session_conf
+from sparklog.errors import JarsMissingError
+from sparklog.jars import jars, spark_session_conf
 from sparklog.storage.fs.local import LocalFileSystem
 
 

@@ -7,6 +7,10 @@ only imports under ``if TYPE_CHECKING:`` do not, since they never run.
 from __future__ import annotations
 
 import ast
+import importlib
+import importlib.util
+import inspect
+import pickle
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -169,6 +173,30 @@ def _reachable(start: str) -> set[str]:
 
 
 @pytest.mark.parametrize(
+    ("package", "forbidden"),
+    [
+        # compaction rewrites segments with Spark: it never loads the DataSource (not even
+        # through sparklog.spark, whose register does) nor the export job
+        ("sparklog.compaction", ("sparklog.datasource", "sparklog.export", "sparklog.spark")),
+        # export reads through the DataSource's planner, but borrows nothing from compaction
+        ("sparklog.export", ("sparklog.compaction",)),
+    ],
+)
+def test_spark_jobs_share_only_neutral_modules(package: str, forbidden: tuple[str, ...]) -> None:
+    """What compaction and export share (progress lines, a failure's one line) lives in
+    ``sparklog.spark_jobs``; a module either job reaches, directly or through other sparklog
+    modules, is none of the ``forbidden`` ones (``sparklog.spark`` is the module itself,
+    not ``sparklog.spark_jobs``)."""
+    bad = {
+        f"{m} reaches {d}"
+        for m in _deps_of(package)
+        for d in _reachable(m)
+        if any(d == f or d.startswith(f + ".") for f in forbidden)
+    }
+    assert not bad, sorted(bad)
+
+
+@pytest.mark.parametrize(
     "entry", ["sparklog", "sparklog.cli", "sparklog.broker.server", "sparklog.harness"]
 )
 def test_the_broker_and_cli_reach_no_spark(entry: str) -> None:
@@ -182,3 +210,58 @@ def test_the_broker_and_cli_reach_no_spark(entry: str) -> None:
         if d.split(".")[0] in ("pyspark", "delta", "py4j")
     }
     assert not bad, sorted(bad)
+
+
+_OPTIONAL = ("pyspark", "delta", "py4j")  # extras (sparklog[spark], sparklog[jobs])
+
+
+def _imported_modules() -> Iterator[object]:
+    """Every sparklog module, imported; those that need a missing extra are left out."""
+    for name in sorted(GRAPH):
+        try:
+            yield importlib.import_module(name)
+        except ModuleNotFoundError as e:
+            if (e.name or "").split(".")[0] in _OPTIONAL:
+                assert importlib.util.find_spec(e.name.split(".")[0]) is None, e
+                continue
+            raise
+
+
+def _exception_classes() -> dict[str, type[BaseException]]:
+    """Every exception class defined in sparklog, by qualified name."""
+    found: dict[str, type[BaseException]] = {}
+    for module in _imported_modules():
+        for obj in vars(module).values():
+            if (
+                inspect.isclass(obj)
+                and issubclass(obj, BaseException)
+                and obj.__module__.split(".")[0] == "sparklog"
+            ):
+                found[f"{obj.__module__}.{obj.__qualname__}"] = obj
+    return found
+
+
+def test_every_exception_is_a_sparklog_error_in_sparklog_errors() -> None:
+    """sparklog.errors is the one home of exceptions: every exception class of the package
+    is defined there and derives from SparkLogError (so callers catch all with one class
+    and the broker's one table maps them); a class kept importable from an old module is
+    the same object, re-exported."""
+    from sparklog.errors import SparkLogError
+
+    classes = _exception_classes()
+    assert "sparklog.errors.SparkLogError" in classes
+    outside = sorted(n for n, c in classes.items() if c.__module__ != "sparklog.errors")
+    assert not outside, outside
+    not_ours = sorted(n for n, c in classes.items() if not issubclass(c, SparkLogError))
+    assert not not_ours, not_ours
+
+
+def test_errors_with_their_own_arguments_survive_pickling() -> None:
+    """Errors raised in Spark executors reach the driver pickled: a class whose constructor
+    takes more than the message rebuilds itself from its own arguments."""
+    from sparklog.errors import RecordsRefusedError, TopicsDeniedError
+
+    refused = pickle.loads(pickle.dumps(RecordsRefusedError("t-0: no key", [(1, "no key")])))
+    assert (str(refused), refused.record_errors) == ("t-0: no key", [(1, "no key")])
+    denied = pickle.loads(pickle.dumps(TopicsDeniedError({("t", 0), ("u", 1)})))
+    assert (str(denied), denied.denied) == ("topics denied: t, u", {("t", 0), ("u", 1)})

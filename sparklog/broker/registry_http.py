@@ -30,6 +30,8 @@ from aiohttp import ClientError, ClientSession, ClientTimeout, web
 from sparklog.broker.registry import SchemaRegistryService
 from sparklog.errors import (
     InvalidSchemaError,
+    RegistryForbiddenError,
+    RegistryUnauthorizedError,
     RegistryUnavailableError,
     SchemaNotFoundError,
     SchemaRegistryError,
@@ -141,14 +143,14 @@ class RegistryApi:
             if e.status == 405:
                 return _error(405, 405, f"HTTP 405 Method Not Allowed: {request.method}")
             raise
-        except _Unauthorized as e:
+        except RegistryUnauthorizedError as e:
             return web.Response(
                 status=401,
                 body=json.dumps({"error_code": 401, "message": str(e)}).encode(),
                 content_type=CONTENT_TYPE,
                 headers={"WWW-Authenticate": 'Basic realm="sparklog"'},
             )
-        except _Forbidden as e:
+        except RegistryForbiddenError as e:
             return _error(403, 40301, str(e))
         except (ValueError, TypeError, KeyError) as e:
             return _error(422, 42201, f"Invalid request: {e}")
@@ -159,13 +161,15 @@ class RegistryApi:
     def _authenticate(self, request: web.Request) -> None:
         header = request.headers.get("Authorization", "")
         if not header.startswith("Basic "):
-            raise _Unauthorized("Unauthorized: this registry needs HTTP basic authentication")
+            raise RegistryUnauthorizedError(
+                "Unauthorized: this registry needs HTTP basic authentication"
+            )
         try:
             user, _, password = base64.b64decode(header[6:], validate=True).decode().partition(":")
         except (binascii.Error, UnicodeDecodeError):
-            raise _Unauthorized("Unauthorized: malformed basic credentials") from None
+            raise RegistryUnauthorizedError("Unauthorized: malformed basic credentials") from None
         if self.security is None or not self.security.check_password(user, password):
-            raise _Unauthorized("Unauthorized: wrong user name or password")
+            raise RegistryUnauthorizedError("Unauthorized: wrong user name or password")
         request["principal"] = f"User:{user}"
 
     def _may_change(self, request: web.Request, subject: str | None) -> None:
@@ -182,7 +186,7 @@ class RegistryApi:
                 topic = subject.removesuffix(suffix)
                 if sec.allowed(principal, host, AclOperation.WRITE, ResourceType.TOPIC, topic):
                     return
-        raise _Forbidden(f"{principal} may not change subject {subject or '(global)'}")
+        raise RegistryForbiddenError(f"{principal} may not change subject {subject or '(global)'}")
 
     async def _body(self, request: web.Request) -> Any:
         raw = await request.read()
@@ -424,14 +428,6 @@ class RegistryApi:
 
     async def contexts(self, request: web.Request) -> web.StreamResponse:
         return _answer(["."])
-
-
-class _Unauthorized(Exception):
-    pass
-
-
-class _Forbidden(Exception):
-    pass
 
 
 def _registered(sv: SubjectVersion) -> dict[str, Any]:

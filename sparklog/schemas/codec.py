@@ -49,6 +49,7 @@ from sparklog.errors import (
     SchemaDecodeError,
     SchemaNotFoundError,
     SchemaRegistryError,
+    UnusableWriterSchemaError,
 )
 from sparklog.schemas import types, values
 from sparklog.schemas.framing import frames
@@ -250,10 +251,6 @@ class Decoded:
     errors: dict[int, str]
 
 
-class _Unusable(Exception):
-    """A writer schema this column cannot be decoded with (the message says why)."""
-
-
 class FieldDecoder:
     """Decodes one column of records, each with its own writer schema, into the reader
     type of ``typed`` (module docstring). Caches parsed writer schemas; not thread-safe."""
@@ -282,10 +279,10 @@ class FieldDecoder:
             schema = self.source.by_id(int(key)) if kind == "id" else self.source.by_guid(key)
         except SchemaNotFoundError:
             what = f"schema id {key}" if kind == "id" else f"schema GUID {key}"
-            raise _Unusable(f"{what} is not in the schema registry") from None
+            raise UnusableWriterSchemaError(f"{what} is not in the schema registry") from None
         expected = FORMATS[self.typed.format]
         if schema.schema_type != expected:
-            raise _Unusable(
+            raise UnusableWriterSchemaError(
                 f"schema id {schema.id} is a {schema.schema_type} schema, not {expected} "
                 f"({self.typed.field}Format={self.typed.format})"
             )
@@ -299,7 +296,7 @@ class FieldDecoder:
             try:
                 parsed = fastavro.parse_schema(avro_schema(schema, self.source.referenced(schema)))
             except InvalidSchemaError as e:
-                raise _Unusable(str(e)) from None
+                raise UnusableWriterSchemaError(str(e)) from None
             self._writers[key] = parsed
         return schema, parsed
 
@@ -314,7 +311,7 @@ class FieldDecoder:
             rows = pc.indices_nonzero(pc.fill_null(pc.equal(f.which, k), False))
             try:
                 schema, writer = self._writer(ref)
-            except _Unusable as e:
+            except UnusableWriterSchemaError as e:
                 ids.append(None)
                 errors.update((i, str(e)) for i in rows.to_pylist())
                 continue
@@ -351,7 +348,7 @@ class FieldDecoder:
             rows = pc.indices_nonzero(pc.fill_null(pc.equal(f.which, k), False))
             try:
                 schema, writer = self._writer(ref)
-            except _Unusable as e:
+            except UnusableWriterSchemaError as e:
                 ids.append(None)
                 as_ids.append(None)
                 errors.update((i, str(e)) for i in rows.to_pylist())

@@ -82,6 +82,8 @@ from fractions import Fraction
 from typing import Any, TypeGuard
 from urllib.parse import unquote
 
+from sparklog.errors import SchemasTooComplexError
+
 Node = dict[str, Any]
 Issue = tuple[str, str]  # (JSON pointer relative to the compared schema, message)
 _ALL = frozenset({"null", "boolean", "object", "array", "string", "number", "integer"})
@@ -92,16 +94,12 @@ _INERT = {"$ref", "$schema", "$id", "id", "$comment", "title", "description", "d
 _INERT |= {"$defs", "default", "examples", "deprecated", "readOnly", "writeOnly"}
 
 
-class _TooComplexError(Exception):
-    pass
-
-
 def incompatibilities(reader: Any, writer: Any) -> list[str]:
     """Why data valid under the JSON Schema ``writer`` might not be valid under ``reader``
     (empty: compatible). Both are parsed JSON (dict or bool)."""
     try:
         issues = _Checker(reader, writer).cmp(reader, (writer,))
-    except (_TooComplexError, RecursionError):  # over _MAX_ALTERNATIVES, or nested too deep
+    except (SchemasTooComplexError, RecursionError):  # over _MAX_ALTERNATIVES, or nested too deep
         return ["#: the schemas are too complex to compare (anyOf/oneOf alternatives, nesting)"]
     return [f"#{path}: {message}" for path, message in issues]
 
@@ -338,7 +336,7 @@ class _Checker:
     @staticmethod
     def _product(a: list[tuple[Node, ...]], b: list[tuple[Node, ...]]) -> list[tuple[Node, ...]]:
         if len(a) * len(b) > _MAX_ALTERNATIVES:
-            raise _TooComplexError
+            raise SchemasTooComplexError
         return [x + y for x in a for y in b]
 
     def cmp_alt(self, r: Any, wa: tuple[Node, ...]) -> list[Issue]:

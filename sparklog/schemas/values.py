@@ -23,6 +23,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.json as pa_json
 
+from sparklog.errors import JsonTypeError as JsonTypeError  # its old home: re-exported
 from sparklog.schemas import types
 from sparklog.schemas.types import Node
 
@@ -202,10 +203,6 @@ def avro_encoder(node: Node, schema: Any, named: Mapping[str, Any]) -> Fix | Non
 
 
 # ---------------------------------------------------------------------------- JSON
-
-
-class JsonTypeError(ValueError):
-    """A JSON document does not fit the reader schema's type."""
 
 
 def _json_text(v: Any) -> Any:

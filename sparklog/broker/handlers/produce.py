@@ -31,6 +31,7 @@ from sparklog.errors import (
     NotLeaderError,
     OutOfOrderSequenceError,
     ProducerFencedError,
+    RecordsRefusedError,
     RecordTooLargeError,
     SparkLogError,
     UnknownProducerError,
@@ -67,14 +68,6 @@ def _partition_error(index: int, code: ErrorCode, message: str | None) -> dict[s
     }
 
 
-class RecordErrors(InvalidRecordsError):
-    """A batch refused because of some of its records (KIP-467): which, and why."""
-
-    def __init__(self, message: str, errors: list[tuple[int, str]]) -> None:
-        super().__init__(message)
-        self.record_errors = errors
-
-
 def _append_one(
     ctx: RequestContext,
     topic: str,
@@ -103,7 +96,7 @@ def _append_one(
     if meta.config.compact and keys.null_count:
         nulls = [i for i, valid in enumerate(keys.is_valid().to_pylist()) if not valid]
         why = "Compacted topic cannot accept message without key in topic partition"
-        raise RecordErrors(
+        raise RecordsRefusedError(
             f"{topic}-{index}: compacted topic cannot accept a record without a key "
             f"(records {nulls[:10]}{'...' if len(nulls) > 10 else ''} of the batch)",
             [(i, f"{why} {topic}-{index}.") for i in nulls],
@@ -149,7 +142,7 @@ def _validate_schemas(
     bad = check_records(registry, topic, records, config)
     if bad:
         first, why = bad[0]
-        raise RecordErrors(
+        raise RecordsRefusedError(
             f"{topic}-{index}: {len(bad)} of {records.num_rows} records refused by schema "
             f"validation; record {first}: {why}",
             bad,
@@ -225,7 +218,7 @@ async def produce(ctx: RequestContext, header: Any, req: Any) -> dict[str, Any] 
                     log.info("produce to %s-%s refused: %s", topic_data.name, pdata.index, e)
                     e = await _confirmed(ctx, topic_data.name, pdata.index, e)
                 out = _partition_error(pdata.index, error_code(e), str(e))
-                if isinstance(e, RecordErrors):
+                if isinstance(e, RecordsRefusedError):
                     out["record_errors"] = [
                         {"batch_index": i, "batch_index_error_message": m}
                         for i, m in e.record_errors

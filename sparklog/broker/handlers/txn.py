@@ -26,6 +26,7 @@ from sparklog.errors import (
     NotCoordinatorError,
     ProducerFencedError,
     SparkLogError,
+    TopicsDeniedError,
 )
 from sparklog.security.acls import AclOperation as Op
 from sparklog.security.acls import ResourceType as RT
@@ -35,12 +36,6 @@ def _ms(value: Any) -> int:
     if hasattr(value, "total_seconds"):
         return int(value.total_seconds() * 1000)
     return int(value)
-
-
-class _PartlyDenied(Exception):
-    def __init__(self, denied: set[tuple[str, int]]) -> None:
-        super().__init__("topics denied")
-        self.denied = denied
 
 
 def _check_coordinator(ctx: RequestContext, tid: str) -> None:
@@ -93,7 +88,7 @@ async def add_partitions_to_txn(ctx: RequestContext, header: Any, req: Any) -> d
         ctx.require(Op.WRITE, RT.TRANSACTIONAL_ID, tid)
         denied = {tp for tp in wanted if not ctx.allowed(Op.WRITE, RT.TOPIC, tp[0])}
         if denied:
-            raise _PartlyDenied(denied)
+            raise TopicsDeniedError(denied)
         _check_coordinator(ctx, tid)
         missing = ctx.transactions.check_partitions(wanted)
         if missing:
@@ -105,7 +100,7 @@ async def add_partitions_to_txn(ctx: RequestContext, header: Any, req: Any) -> d
             await ctx.transactions.add_partitions(
                 tid, int(req.v3_and_below_producer_id), int(req.v3_and_below_producer_epoch), wanted
             )
-    except _PartlyDenied as e:
+    except TopicsDeniedError as e:
         codes = {tp: ErrorCode.topic_authorization_failed if tp in e.denied
                  else ErrorCode.operation_not_attempted for tp in wanted}  # fmt: skip
     except (SparkLogError, ValueError) as e:
