@@ -51,7 +51,7 @@ from sparklog.compaction import planner, rewrite
 from sparklog.compaction.planner import CompactionPlan, OutputGroup
 from sparklog.compaction.rewrite import GroupResult, GroupTask, SegmentTask
 from sparklog.errors import CompactionOutputError, SegmentNotLiveError
-from sparklog.spark import reporting_progress
+from sparklog.spark_jobs import reporting_progress
 from sparklog.storage import Storage, crashpoints, jobruns, names, transforms
 from sparklog.storage.lease import compaction_lease
 from sparklog.storage.manifest import Manifest, ManifestStore, SegmentInfo

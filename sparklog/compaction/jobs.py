@@ -20,11 +20,11 @@ Retention starts no SparkSession (it reads no records); compaction does.
 from __future__ import annotations
 
 import argparse
-import re
 import sys
 from collections.abc import Sequence
 
 from sparklog.errors import CompactionRunningError, UnknownTopicError
+from sparklog.spark_jobs import describe_error
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -47,37 +47,6 @@ def _parser(job: str) -> argparse.ArgumentParser:
 
 def _say(line: str) -> None:
     print(line, flush=True)
-
-
-_ERROR_LINE = re.compile(r"^([\w.]*?)(\w+(?:Error|Exception)): (.+)$")
-_TASK = re.compile(r"Task \S+ in stage \S+ failed \d+ times")
-
-
-def describe_error(exc: BaseException) -> str:
-    """One line for a failure, also when it comes from a Spark task, whose message holds
-    a Python traceback and JVM stacks: the innermost Python error if there is one (an error
-    raised by our code in a task), else the cause of the aborted Spark job."""
-    lines = [ln.strip().lstrip(":").strip() for ln in str(exc).splitlines()]
-    lines = [ln for ln in lines if ln and not ln.startswith("at ")]
-    ours = []
-    for ln in lines:
-        m = _ERROR_LINE.match(ln)
-        if (
-            m
-            and not m.group(1).startswith(("org.", "java.", "py4j."))
-            and m.group(2) != ("Py4JJavaError")
-        ):
-            ours.append(f"{m.group(2)}: {m.group(3)}")
-    if ours:
-        return ours[-1][:500]
-    for ln in lines:
-        if "Job aborted due to stage failure" in ln:
-            task = _TASK.search(ln)
-            cause = ln.rsplit("Exception: ", 1)[-1]
-            return f"Spark job aborted ({task.group(0) if task else 'a task failed'}): {cause}"[
-                :500
-            ]
-    return (lines[0] if lines else repr(exc))[:500]
 
 
 def retention_main(argv: Sequence[str] | None = None) -> int:

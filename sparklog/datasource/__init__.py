@@ -3,8 +3,9 @@
 ``ls`` is the map: ``source`` (the ``DataSource``), ``options`` (every option, validated in
 one place), ``plan`` (the read planner of batch and stream reads, driver side), ``scan``
 (what a read task does, in executors), ``batch`` and ``stream`` (the two readers),
-``writer`` and ``producer`` (the sink). Reads go straight to storage; writes go through the
-broker, over ``sparklog.kafka``. Never imports ``sparklog.broker``.
+``writer`` and ``producer`` (the sink), ``register`` (what ``sparklog.spark.register``
+calls). Reads go straight to storage; writes go through the broker, over
+``sparklog.kafka``. Never imports ``sparklog.broker``.
 
 PySpark is an extra (``pip install 'sparklog[spark]'``): importing this package without it,
 or with a PySpark older than ``MIN_SPARK``, raises ``SparkMissingError`` saying so. Spark

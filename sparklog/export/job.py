@@ -2,7 +2,7 @@
 
 Prints a line per partition as it is planned (offsets, and how many lie in sealed
 segments read by Spark's Parquet reader), a line every 10 s of how far the write's Spark
-stages are (``sparklog.spark.reporting_progress``), a line per micro-batch of an
+stages are (``sparklog.spark_jobs.reporting_progress``), a line per micro-batch of an
 incremental run, and a summary. Exit status: 0 done; 1 failed (one line says why); 2 bad arguments.
 """
 
@@ -26,6 +26,7 @@ from sparklog.errors import (
 )
 from sparklog.export import sinks, source
 from sparklog.export.options import ExportOptions, parse
+from sparklog.spark_jobs import describe_error, reporting_progress
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -89,8 +90,6 @@ def _export(
         else:
             progress(f"export {r.topic}-{r.partition}: nothing in range")
     df = source.read(spark, opts, ranges)
-    from sparklog.spark import reporting_progress
-
     with reporting_progress(spark, progress, f"export {opts.topic}"):
         written = sinks.write_once(
             spark, df, opts, lambda d: source.decode(spark, d, opts, scratch)
@@ -102,9 +101,9 @@ def _export(
 def _incremental(
     spark: SparkSession, opts: ExportOptions, progress: sinks.Say, t0: float, scratch: list[str]
 ) -> ExportResult:
-    import sparklog.spark
+    from sparklog.datasource.register import register
 
-    sparklog.spark.register(spark)
+    register(spark)
     assert opts.checkpoint is not None
     reader = spark.readStream.format("sparklog")
     for k, v in opts.source_options().items():
@@ -160,12 +159,6 @@ def _offsets(raw: Any) -> dict[int, int]:
     return {int(p): int(o) for parts in doc.values() for p, o in parts.items()}
 
 
-def _describe(exc: BaseException) -> str:
-    from sparklog.compaction.jobs import describe_error
-
-    return describe_error(exc)
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     try:
         opts = parse(argv)
@@ -187,7 +180,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"export: FAILED ({kind}): {e}", file=sys.stderr)
         return EXIT_FAILED
     except Exception as e:
-        print(f"export: FAILED: {_describe(e)}", file=sys.stderr)
+        print(f"export: FAILED: {describe_error(e)}", file=sys.stderr)
         return EXIT_FAILED
     finally:
         spark.stop()

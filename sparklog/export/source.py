@@ -127,7 +127,7 @@ def _native(spark: SparkSession, r: PartitionRange, headers: bool, schema: Struc
 
 def read(spark: SparkSession, opts: ExportOptions, ranges: list[PartitionRange]) -> DataFrame:
     """The planned ranges as one DataFrame in the Kafka source's columns."""
-    import sparklog.spark
+    from sparklog.datasource.register import register
 
     headers = opts.include_headers or opts.decode == "registry"  # registry: ids in headers
     parts: list[DataFrame] = []
@@ -152,7 +152,7 @@ def read(spark: SparkSession, opts: ExportOptions, ranges: list[PartitionRange])
         if not tail:  # nothing at all to export: an empty frame of the right shape
             first = ranges[0] if ranges else PartitionRange(opts.topic, 0, 0, 0, 0, ())
             tail = {first.partition: (first.start, first.start)}
-        sparklog.spark.register(spark)
+        register(spark)
         parts.append(
             spark.read.format("sparklog")
             .option("assign", json.dumps({opts.topic: sorted(tail)}))

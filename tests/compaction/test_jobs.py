@@ -1,4 +1,5 @@
-"""The jobs' command-line contract that needs no Spark: one clear line for a failure."""
+"""The jobs' command-line contract that needs no Spark (their one line for a failure:
+``tests/test_spark_jobs.py``)."""
 
 from __future__ import annotations
 
@@ -8,48 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from sparklog.compaction.jobs import describe_error
 from sparklog.storage import Storage
 
 from .helpers import Model, append
 
 REPO = Path(__file__).resolve().parents[2]
-
-SPARK_ABORT = (
-    "An error occurred while calling o113.collectToPython.\n"
-    ": org.apache.spark.SparkException: Job aborted due to stage failure: Task 1 in stage 16.0 "
-    "failed 1 times, most recent failure: Lost task 1.0 in stage 16.0 (TID 28) (localhost "
-    "executor driver): org.apache.spark.SparkException: Python worker exited unexpectedly "
-    "(crashed)\n\tat org.apache.spark.api.python.BasePythonRunner.read(PythonRunner.scala:1)\n"
-    "Caused by: java.io.EOFException\n"
-)
-TASK_ERROR = (
-    "An error occurred while calling o9.collectToPython.\n"
-    ": org.apache.spark.SparkException: Job aborted due to stage failure: Task 0 in stage 3.0 "
-    "failed 1 times, most recent failure: Lost task 0.0 in stage 3.0 (TID 4) (localhost "
-    "executor driver): org.apache.spark.api.python.PythonException: Traceback (most recent "
-    'call last):\n  File "/x/sparklog/compaction/rewrite.py", line 9, in write_chunk\n'
-    "sparklog.errors.CompactionOutputError: t-0 x.parquet: records 5..9 arrive after 9\n\n"
-    "\tat org.apache.spark.api.python.BasePythonRunner.read(PythonRunner.scala:1)\n"
-)
-
-
-def test_an_aborted_spark_job_is_described_by_its_cause() -> None:
-    assert describe_error(Exception(SPARK_ABORT)) == (
-        "Spark job aborted (Task 1 in stage 16.0 failed 1 times): "
-        "Python worker exited unexpectedly (crashed)"
-    )
-
-
-def test_an_error_raised_by_our_code_in_a_task_is_described_by_itself() -> None:
-    assert describe_error(Exception(TASK_ERROR)) == (
-        "CompactionOutputError: t-0 x.parquet: records 5..9 arrive after 9"
-    )
-
-
-def test_a_plain_error_is_its_message_and_never_longer_than_500_characters() -> None:
-    assert describe_error(ValueError("bad topic")) == "bad topic"
-    assert len(describe_error(RuntimeError("x" * 2000))) == 500
 
 
 def test_crontab_example_runs_existing_jobs_through_spark_submit() -> None:
