@@ -5,11 +5,12 @@ Three parts, each in the same run:
 1. **Produce throughput**: one confluent-kafka producer (idempotent, acks=all, 100-byte
    values, linger.ms=5) sends ``--records`` records as fast as it can to a 6-partition
    topic, on: sparklog embedded (one broker, no etcd); sparklog in cluster mode with 1 and
-   with 3 brokers (one etcd); the 3 brokers with the ack fence off (``ack_fence = false``:
-   what the fence costs); and Apache Kafka 4.3.1 (single-node KRaft, ``bench/_kafka.py``)
-   as the peer; the median of ``--trials`` runs. Then the same producer at a fixed
-   ``--rate`` for ``--seconds``, recording each record's ack latency (delivery report
-   time - send time, reports polled on their own thread): p50 and p99.
+   with 3 brokers (one etcd); the 3 brokers with the ack fence off (started through
+   ``bench/_unfenced_broker.py``, which no user setting can do: what the fence costs);
+   and Apache Kafka 4.3.1 (single-node KRaft, ``bench/_kafka.py``) as the peer; the
+   median of ``--trials`` runs. Then the same producer at a fixed ``--rate`` for
+   ``--seconds``, recording each record's ack latency (delivery report time - send time,
+   reports polled on their own thread): p50 and p99.
 2. **Failover**: 3 brokers, lease TTL ``--ttl-ms``; a workload (``sparklog.cluster.workload``)
    writes throughout while ``--faults`` faults happen one after another, cycling through:
    SIGKILL of a partition leader; SIGKILL of the controller; SIGSTOP of a leader past its
@@ -52,6 +53,8 @@ from sparklog.harness import BrokerCluster, BrokerProcess, EtcdCluster
 
 TOPIC, PARTITIONS = "bench", 6
 VALUE = b"x" * 100
+#: ``launcher`` of the brokers with the ack fence off (the module docstring)
+UNFENCED = (str(Path(__file__).resolve().parent / "_unfenced_broker.py"),)
 
 
 def create_topic(bootstrap: str) -> None:
@@ -164,12 +167,11 @@ def run_throughput(work: str, args: argparse.Namespace) -> list[tuple[str, float
     with BrokerProcess(f"{work}/embedded") as b:
         measure("sparklog embedded (1 broker)", b.bootstrap)
     for n, fence in ((1, True), (3, True), (3, False)):
-        conf = Path(work, f"fence-{fence}.toml")
-        conf.write_text(f"[broker]\nack_fence = {'true' if fence else 'false'}\n")
+        launcher = ("-m", "sparklog.cli") if fence else UNFENCED
         with (
             EtcdCluster(f"{work}/etcd-{n}-{fence}", members=1) as etcd,
             BrokerCluster(
-                f"{work}/shared-{n}-{fence}", etcd.endpoints, n, extra=("--config", str(conf))
+                f"{work}/shared-{n}-{fence}", etcd.endpoints, n, launcher=launcher
             ) as cluster,  # fmt: skip
         ):
             name = f"sparklog cluster, {n} broker{'s' if n > 1 else ''}" + (

@@ -49,7 +49,7 @@ import contextlib
 import json
 import sys
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
@@ -60,6 +60,9 @@ from sparklog.errors import KafkaRequestError, SparkLogError
 from sparklog.kafka.client import KafkaClient
 from sparklog.storage import Storage
 from sparklog.storage.lease import DATA_DIR
+
+if TYPE_CHECKING:
+    from sparklog.broker.config import BrokerConfig
 
 
 def _parse_configs(pairs: Sequence[str]) -> dict[str, str]:
@@ -269,13 +272,20 @@ def _datetime_ms(value: str) -> int:
 def _broker(args: argparse.Namespace) -> int:
     import logging
 
-    from sparklog.broker.config import BrokerConfig
     from sparklog.broker.server import run
 
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
-    config = BrokerConfig.load(
+    run(broker_config(args))
+    return 0
+
+
+def broker_config(args: argparse.Namespace) -> BrokerConfig:
+    """The settings of ``broker start``: its ``--config`` file under its flags."""
+    from sparklog.broker.config import BrokerConfig
+
+    return BrokerConfig.load(
         args.config,
         data_dir=args.data_dir,
         listen=args.listen,
@@ -293,8 +303,6 @@ def _broker(args: argparse.Namespace) -> int:
         schema_registry=args.schema_registry,
         metrics=args.metrics,
     )
-    run(config)
-    return 0
 
 
 def _scheduler(args: argparse.Namespace) -> int:

@@ -6,7 +6,9 @@
 HOST:PORT" line the broker logs on stderr; every line it logs is kept in ``lines``. On
 Linux the child asks the kernel to SIGKILL it if its parent dies, so a crashed demo or
 test never leaves a broker behind. ``stop`` is SIGTERM (the broker syncs and closes its
-logs) with SIGKILL after a timeout; ``kill`` is SIGKILL alone.
+logs) with SIGKILL after a timeout; ``kill`` is SIGKILL alone. ``launcher`` replaces
+``-m sparklog.cli`` with another script that takes the same ``broker start`` arguments
+(a benchmark's own, e.g. ``bench/_unfenced_broker.py``).
 """
 
 from __future__ import annotations
@@ -55,8 +57,11 @@ class BrokerProcess:
         listen: str = "",
         schema_registry: bool = False,
         metrics: bool = False,
+        launcher: tuple[str, ...] = ("-m", "sparklog.cli"),
     ) -> None:
         self.data_dir = data_dir
+        #: what the interpreter runs with ``broker start ...`` (see the module docstring)
+        self.launcher = launcher
         #: serve the Schema Registry (on a free port, kept on a restart): ``registry_url``
         self.schema_registry = schema_registry
         self.registry_port = 0
@@ -110,7 +115,7 @@ class BrokerProcess:
     def start(self, timeout: float = 60.0) -> BrokerProcess:
         """Start (or start again, on the same port and data dir) and wait until it listens."""
         cmd = [
-            sys.executable, "-m", "sparklog.cli", "broker", "start",
+            sys.executable, *self.launcher, "broker", "start",
             "--data-dir", self.data_dir, "--listen", self._listen(), *self.extra,
         ]  # fmt: skip
         if self.schema_registry:
@@ -406,6 +411,7 @@ class BrokerCluster:
         listen: str = "",
         schema_registry: bool = False,
         metrics: bool = False,
+        launcher: tuple[str, ...] = ("-m", "sparklog.cli"),
     ) -> None:
         self.data_dir = data_dir
         self.endpoints = endpoints
@@ -416,7 +422,7 @@ class BrokerCluster:
             rack = ("--rack", racks[i]) if i in racks else ()
             self.brokers[i] = BrokerProcess(
                 data_dir, extra=("--node-id", str(i), *flags, *rack), listen=listen,
-                schema_registry=schema_registry, metrics=metrics,
+                schema_registry=schema_registry, metrics=metrics, launcher=launcher,
             )  # fmt: skip
 
     @property

@@ -34,10 +34,6 @@ TOML layout::
     lease_ttl_ms = 3000                      # cluster mode: the broker's etcd lease
     cluster_name = "default"                 # cluster mode: the key prefix in etcd
     rack = "r1"                              # cluster mode: for follower fetch (client.rack)
-    ack_fence = true                         # cluster mode: confirm the leader epoch in etcd
-                                             # before each ack; false ONLY to measure what
-                                             # the fence costs (a zombie could ack writes
-                                             # its successor never holds)
     schema_registry = "127.0.0.1:8081"       # serve the Schema Registry REST API there
                                              # ([http[s]://]HOST:PORT; docs/schemas.md)
     schema_registry_auth = "none"            # "basic": HTTP basic auth as a broker user
@@ -101,7 +97,6 @@ class BrokerConfig:
     lease_ttl_ms: int = 3000
     cluster_name: str = "default"
     rack: str | None = None
-    ack_fence: bool = True
     schema_registry: str | None = None
     schema_registry_auth: str = "none"
     metrics: str | None = None

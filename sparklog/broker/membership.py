@@ -347,7 +347,7 @@ class ClusterMember:
         fence = self.fence
         assert fence is not None
         if not self.ack_fence:
-            return None  # benchmarks only (docs/cluster.md): acks are then unfenced
+            return None  # measurement only (Broker's ack_fence): acks are then unfenced
         return lambda: fence.check(p, epoch)
 
     async def _give_up(self, key: tuple[str, int], why: str) -> None:

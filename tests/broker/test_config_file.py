@@ -125,3 +125,12 @@ def test_a_well_formed_file_loads_every_table(tmp_path: Path) -> None:
 def test_the_shipped_example_loads() -> None:
     example = Path(__file__).resolve().parents[2] / "conf" / "broker.toml"
     assert BrokerConfig.load(str(example)).host_port == ("127.0.0.1", 9092)
+
+
+def test_the_ack_fence_is_no_setting(tmp_path: Path) -> None:
+    """Turning off the ack fence (a zombie could acknowledge writes its successor never
+    holds) is for measuring what the fence costs only: ``bench/cluster.py`` does it through
+    ``bench/_unfenced_broker.py``, so a config file cannot."""
+    conf, out = _start(tmp_path, "[broker]\nack_fence = false\n")
+    line = _one_line_error(out)
+    assert str(conf) in line and "[broker] ack_fence" in line
