@@ -61,6 +61,8 @@ from sparklog.storage.txnindex import read_txn_index
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
+crashpoints.register("compaction.after_write", "compaction.after_commit")
+
 Progress = Callable[[str], None]
 
 

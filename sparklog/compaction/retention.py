@@ -33,6 +33,8 @@ from sparklog.storage import Storage, checkpoints, crashpoints, jobruns, names, 
 from sparklog.storage.manifest import Manifest, ManifestStore, SegmentInfo
 from sparklog.storage.topics import TopicMeta
 
+crashpoints.register("retention.after_commit")
+
 Progress = Callable[[str], None]
 
 

@@ -42,6 +42,8 @@ from sparklog.storage.sealed import ROW_GROUP_ROWS, SealedSegment, SealedStats, 
 from sparklog.storage.store import filesystem_for
 from sparklog.storage.txnindex import TxnIndex, visible
 
+crashpoints.register("compaction.after_segment_write")
+
 #: Rows deduplicated at a time in step 1 (bounds its memory to this many keys and offsets
 #: plus the distinct keys seen so far).
 DEDUPE_ROWS = 1 << 20

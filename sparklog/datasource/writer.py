@@ -115,9 +115,9 @@ log = logging.getLogger(__name__)
 
 STATE_DIR = "sparklog-sink"
 IDENTITY_FILE = "identity.json"
-CRASH_POINTS = ("sink.after_first_send", "sink.after_state")
+CRASH_POINTS = crashpoints.register("sink.after_first_send", "sink.after_state")
 #: the transactional sink's (``sink.after_first_send`` is hit there too)
-TXN_CRASH_POINTS = ("sink.after_first_send", "sink.after_commit")
+TXN_CRASH_POINTS = crashpoints.register("sink.after_first_send", "sink.after_commit")
 KEEP_STATES = 2
 SINK_TIMEOUT_S = 60.0  # a produce waits for the fsync of everything before it
 _BIN = pa.binary()

@@ -53,6 +53,8 @@ from sparklog.storage import crashpoints
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
 
+crashpoints.register("export.before_write", "export.after_commit")
+
 Say = Callable[[str], None]
 
 

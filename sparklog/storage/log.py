@@ -74,6 +74,7 @@ from sparklog.storage.sealed import (
 from sparklog.storage.sealing import SealingMixin
 
 log = logging.getLogger(__name__)
+crashpoints.register("roll.after_new_file", "roll.after_commit")
 
 ORPHAN_GRACE_MS = 3600 * 1000
 _IPC_OVERHEAD = 1024

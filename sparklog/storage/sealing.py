@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from sparklog.storage.fs import FileSystem
 
 log = logging.getLogger("sparklog.storage.log")
+crashpoints.register("seal.before_write", "seal.after_write", "seal.refused", "seal.after_commit")
 
 
 class SealingMixin:

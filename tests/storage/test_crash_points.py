@@ -1,6 +1,6 @@
 """A real process dies at each named crash point; the log must then open cleanly.
 
-For every name in ``sparklog.storage.crashpoints.POINTS`` a child Python process (with
+For every name in ``sparklog.storage.crashpoints.points()`` a child Python process (with
 ``SPARKLOG_CRASH_AT=<point>``) opens a log that already holds a sealed segment and an
 active one, appends durable batches, and starts the multi-file change the point belongs
 to: a roll (``roll.*``; with auto_seal the seal that follows it, ``seal.*``) or a segment
@@ -81,6 +81,8 @@ CASES: dict[str, tuple[str, list[str]]] = {
     "replace.after_commit": ("replace", AFTER_REPLACE),
 }
 POINT_PARAMS = list(CASES)
+#: hit by the child standing in for a job that commits a segment swap (it registers them too)
+crashpoints.register("replace.after_write", "replace.after_commit")
 
 _CHILD = textwrap.dedent(
     """
@@ -96,6 +98,7 @@ _CHILD = textwrap.dedent(
     from sparklog.storage.records import make_records
     from sparklog.storage.sealed import write_sealed
 
+    crashpoints.register("replace.after_write", "replace.after_commit")
     root, scenario = sys.argv[1], sys.argv[2]
     batch_sizes = [int(n) for n in sys.argv[3].split(",") if n]
     config = TopicConfig.from_mapping(dict(a.split("=") for a in sys.argv[4:]))
@@ -275,10 +278,10 @@ def test_parametrization_covers_every_storage_crash_point() -> None:
     """The jobs' points (``retention.*``, ``compaction.*``) are covered in tests/compaction,
     the race of a seal with retention (``seal.refused``) in test_seal_race.py."""
     storage_points = [
-        p for p in crashpoints.POINTS if p.split(".")[0] in OPERATIONS and p not in RACE_POINTS
+        p for p in crashpoints.points() if p.split(".")[0] in OPERATIONS and p not in RACE_POINTS
     ]
     assert sorted(POINT_PARAMS) == sorted(storage_points)
-    assert len(set(crashpoints.POINTS)) == len(crashpoints.POINTS)
+    assert len(set(crashpoints.points())) == len(crashpoints.points())
 
 
 @pytest.mark.parametrize("point", POINT_PARAMS)

@@ -197,7 +197,7 @@ def refused_crash(tmp_path_factory: pytest.TempPathFactory) -> str:
 
 
 def test_every_race_point_is_a_crash_point() -> None:
-    assert set(RACE_POINTS) <= set(crashpoints.POINTS)
+    assert set(RACE_POINTS) <= set(crashpoints.points())
 
 
 def test_a_crash_at_seal_refused_leaves_retention_s_segment_set(
