@@ -1,7 +1,8 @@
 """The architecture's rules, checked on the code's own imports (docs/ARCHITECTURE.md).
 
 Every import counts, also one inside a function (a deferred import is still a dependency);
-only imports under ``if TYPE_CHECKING:`` do not, since they never run.
+imports under ``if TYPE_CHECKING:`` count only for cycles (they never run, but a knot of
+types is still a knot for the reader).
 """
 
 from __future__ import annotations
@@ -36,12 +37,14 @@ def _type_checking_lines(tree: ast.Module) -> set[int]:
     return lines
 
 
-def _imports(path: Path, modules: frozenset[str] = frozenset()) -> Iterator[str]:
+def _imports(
+    path: Path, modules: frozenset[str] = frozenset(), *, typed: bool = False
+) -> Iterator[str]:
     """Every module ``path`` imports (absolute names; relative imports resolved).
     ``from pkg import sub`` of a submodule ``sub`` (one of ``modules``) imports ``pkg.sub``;
     ``from pkg import name`` of anything else imports ``pkg``."""
     tree = ast.parse(path.read_text())
-    skip = _type_checking_lines(tree)
+    skip = set() if typed else _type_checking_lines(tree)
     here = _module_name(path)
     package = here if path.name == "__init__.py" else here.rpartition(".")[0]
     for node in ast.walk(tree):
@@ -60,17 +63,20 @@ def _imports(path: Path, modules: frozenset[str] = frozenset()) -> Iterator[str]
                 yield sub if sub in modules else base
 
 
-def _graph() -> dict[str, set[str]]:
+def _graph(*, typed: bool = False) -> dict[str, set[str]]:
     modules = {_module_name(p): p for p in PACKAGE.rglob("*.py")}
     names = frozenset(modules)
     graph: dict[str, set[str]] = {}
     for name, path in modules.items():
-        deps = {m for m in _imports(path, names) if m in modules and m != name}
+        deps = {m for m in _imports(path, names, typed=typed) if m in modules and m != name}
         graph[name] = deps
     return graph
 
 
 GRAPH = _graph()
+REQUEST_PATH = tuple(
+    f"sparklog.broker.{m}" for m in ("server", "connection", "context", "apis", "handlers")
+)
 
 
 def _deps_of(prefix: str) -> dict[str, set[str]]:
@@ -95,6 +101,10 @@ def _raw_imports_of(prefix: str) -> dict[str, set[str]]:
         ("sparklog.storage", ("sparklog.broker", "sparklog.datasource", "sparklog.kafka")),
         # cluster coordination serves brokers: it knows nothing of Spark or the jobs
         ("sparklog.cluster", ("sparklog.datasource", "sparklog.compaction", "sparklog.export")),
+        # the broker's rooms sit below its request path
+        ("sparklog.broker.coordinators", REQUEST_PATH),
+        ("sparklog.broker.schema_registry", REQUEST_PATH),
+        ("sparklog.broker.observability", REQUEST_PATH),
     ],
 )
 def test_packages_keep_out_of_each_other(package: str, forbidden: tuple[str, ...]) -> None:
@@ -131,6 +141,8 @@ def test_packages_import_no_library_outside_their_job(
 
 
 def test_there_are_no_import_cycles() -> None:
+    """Type-only imports included."""
+    graph = _graph(typed=True)
     cycles: list[list[str]] = []
     state: dict[str, int] = {}  # 1: on the current path, 2: done
     path: list[str] = []
@@ -138,7 +150,7 @@ def test_there_are_no_import_cycles() -> None:
     def visit(m: str) -> None:
         state[m] = 1
         path.append(m)
-        for d in sorted(GRAPH[m]):
+        for d in sorted(graph[m]):
             if state.get(d) == 1:
                 cycles.append([*path[path.index(d) :], d])
             elif d not in state:
@@ -146,7 +158,7 @@ def test_there_are_no_import_cycles() -> None:
         path.pop()
         state[m] = 2
 
-    for m in sorted(GRAPH):
+    for m in sorted(graph):
         if m not in state:
             visit(m)
     assert not cycles, [" -> ".join(c) for c in cycles]

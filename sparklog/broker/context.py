@@ -26,13 +26,13 @@ from sparklog.security.acls import CLUSTER_NAME, AclOperation, ResourceType
 
 if TYPE_CHECKING:
     from sparklog.broker.connection import Connection
-    from sparklog.broker.groups import GroupCoordinator
+    from sparklog.broker.coordinators.group_offsets import OffsetStore
+    from sparklog.broker.coordinators.groups import GroupCoordinator
+    from sparklog.broker.coordinators.transactions import TransactionCoordinator
     from sparklog.broker.membership import ClusterMember
-    from sparklog.broker.metrics import BrokerMetrics
-    from sparklog.broker.offsets import OffsetStore
+    from sparklog.broker.observability.metrics import BrokerMetrics
     from sparklog.broker.partitions import PartitionManager
-    from sparklog.broker.registry import SchemaRegistryService
-    from sparklog.broker.transactions import TransactionCoordinator
+    from sparklog.broker.schema_registry.service import SchemaRegistryService
     from sparklog.security.service import SecurityService
     from sparklog.storage.topics import TopicMeta
 
@@ -147,7 +147,7 @@ class RequestContext:
         leads the group's ``__consumer_offsets`` partition, taken over and loaded)."""
         if self.services.cluster is None:
             return
-        from sparklog.broker.offsets import OFFSETS_TOPIC, offsets_partition
+        from sparklog.broker.coordinators.group_offsets import OFFSETS_TOPIC, offsets_partition
         from sparklog.errors import NotCoordinatorError
 
         if (OFFSETS_TOPIC, offsets_partition(group)) not in self.services.manager.handles:

@@ -40,7 +40,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from sparklog.broker.offsets import OFFSETS_TOPIC, offsets_partition
+from sparklog.broker.coordinators.group_offsets import OFFSETS_TOPIC, offsets_partition
 from sparklog.broker.partitions import PartitionManager
 from sparklog.cluster.assignment import Assignment, Partition
 from sparklog.cluster.controller import ClusterView, ControllerRole

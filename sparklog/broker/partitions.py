@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from sparklog.broker.config import BrokerConfig
-from sparklog.broker.producer_ids import ProducerIdAllocator
+from sparklog.broker.coordinators.producer_ids import ProducerIdAllocator
 from sparklog.errors import (
     FencedLeaderEpochError,
     ForeignWriterError,

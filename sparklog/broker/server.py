@@ -57,15 +57,20 @@ from sparklog.broker.apis import APIS, api_versions
 from sparklog.broker.config import BrokerConfig
 from sparklog.broker.connection import Connection
 from sparklog.broker.context import BrokerServices, RequestContext
-from sparklog.broker.groups import GroupCoordinator
-from sparklog.broker.lag import LagMonitor
+from sparklog.broker.coordinators.group_offsets import OFFSETS_TOPIC, OffsetStore
+from sparklog.broker.coordinators.groups import GroupCoordinator
+from sparklog.broker.coordinators.transactions import TXN_TOPIC, TransactionCoordinator
 from sparklog.broker.membership import ClusterMember
-from sparklog.broker.metrics import BrokerCollector, BrokerMetrics, MetricsServer
-from sparklog.broker.offsets import OFFSETS_TOPIC, OffsetStore
+from sparklog.broker.observability.lag import LagMonitor
+from sparklog.broker.observability.metrics import (
+    BrokerCollector,
+    BrokerMetrics,
+    MetricsServer,
+    MetricsSources,
+)
 from sparklog.broker.partitions import PartitionManager
-from sparklog.broker.registry import REGISTRY_ENDPOINT, SchemaRegistryService
-from sparklog.broker.registry_http import RegistryApi
-from sparklog.broker.transactions import TXN_TOPIC, TransactionCoordinator
+from sparklog.broker.schema_registry.rest import RegistryApi
+from sparklog.broker.schema_registry.service import REGISTRY_ENDPOINT, SchemaRegistryService
 from sparklog.cluster.coordination import BrokerInfo
 from sparklog.cluster.etcd import EtcdSettings
 from sparklog.errors import CorruptMetadataError, FrameError
@@ -277,11 +282,13 @@ class Broker:
 
     async def _serve_metrics(self) -> None:
         """Start ``/metrics`` (``metrics``): the collector computes, at each scrape, what
-        is not counted on the hot paths (``sparklog.broker.metrics``)."""
+        is not counted on the hot paths (``sparklog.broker.observability.metrics``)."""
         assert self.metrics is not None and self.services is not None
         cfg = self.config
         monitor = LagMonitor(cfg.lag_window, cfg.lag_sample_ms / 1000)
-        self._collector = BrokerCollector(self.services, monitor, f"{self.host}:{self.port}")
+        s = self.services
+        sources = MetricsSources(s.node_id, s.manager, s.coordinator, s.offsets, s.cluster)
+        self._collector = BrokerCollector(sources, monitor, f"{self.host}:{self.port}")
         self.metrics.registry.register(self._collector)
         self._metrics_server = MetricsServer(self.metrics)
         host, port = await self._metrics_server.start(*cfg.metrics_address)

@@ -1,5 +1,5 @@
 """A consumer group's lag status (Burrow's OK, WARN, REWIND, STALL, STOP:
-``sparklog.broker.lag``), as its coordinator reports it.
+``sparklog.broker.observability.lag``), as its coordinator reports it.
 
 The status needs a window of samples, which only the broker that coordinates the group
 keeps; it reports them in ``/metrics`` (``sparklog_consumergroup_status``,

@@ -6,5 +6,5 @@ through ``jsoncompat``), ``registry`` (the registry's state as a replay of the
 ``_schemas`` topic, and every change it makes as records), ``source`` (where readers and
 writers get schemas: the storage root's ``_schemas`` topic or a registry's REST API),
 ``codec`` (framed values ⇄ Arrow). The broker serves the REST API
-(``sparklog.broker.registry``); docs/schemas.md.
+(``sparklog.broker.schema_registry.service``); docs/schemas.md.
 """

@@ -31,7 +31,8 @@ compaction of its records (the ``NOOP`` record above). Versions of a subject cou
 the highest version it has, soft-deleted ones included (after a permanent delete of its
 latest versions, as in Confluent's registry, the numbers are given again). Only one
 writer may assign ids: the broker leading ``_schemas`` partition 0
-(``sparklog.broker.registry``), which applies each change under one lock after reading
+(``sparklog.broker.schema_registry.service``), which
+applies each change under one lock after reading
 the topic to its end. ``RegistryState`` itself does no
 I/O: ``apply`` feeds it records, and each change returns the records to write.
 """

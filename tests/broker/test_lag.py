@@ -1,10 +1,21 @@
-"""Burrow's rules for a consumer's lag status (``sparklog.broker.lag``), one per test."""
+"""Burrow's rules for a consumer's lag status
+(``sparklog.broker.observability.lag``), one per test."""
 
 from __future__ import annotations
 
 import pytest
 
-from sparklog.broker.lag import OK, REWIND, STALL, STOP, WARN, LagMonitor, Sample, evaluate, worst
+from sparklog.broker.observability.lag import (
+    OK,
+    REWIND,
+    STALL,
+    STOP,
+    WARN,
+    LagMonitor,
+    Sample,
+    evaluate,
+    worst,
+)
 
 SPAN = 100.0  # the window's span, seconds
 

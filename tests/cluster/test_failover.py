@@ -166,7 +166,7 @@ def test_committed_offsets_survive_their_coordinators_death(cluster: BrokerClust
     wanted = [TopicPartition(TOPIC, p, 3 + p) for p in range(PARTITIONS)]
     consumer.commit(offsets=wanted, asynchronous=False)
     consumer.close()
-    from sparklog.broker.offsets import offsets_partition
+    from sparklog.broker.coordinators.group_offsets import offsets_partition
 
     md = AdminClient({"bootstrap.servers": cluster.bootstrap}).list_topics(
         "__consumer_offsets", timeout=10

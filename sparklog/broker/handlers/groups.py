@@ -1,7 +1,8 @@
 """FindCoordinator, JoinGroup, SyncGroup, Heartbeat, LeaveGroup, OffsetCommit, OffsetFetch,
 ListGroups, DescribeGroups, DeleteGroups, OffsetDelete: the classic group protocol over
-``sparklog.broker.groups`` and ``sparklog.broker.offsets``. Request fields are read by name
-with the defaults of older versions, so one handler serves every advertised version."""
+``sparklog.broker.coordinators.groups`` and ``sparklog.broker.coordinators.group_offsets``.
+Request fields are read by name with the defaults of older versions, so one handler serves
+every advertised version."""
 
 from __future__ import annotations
 
@@ -12,9 +13,9 @@ from kio.schema.errors import ErrorCode
 
 from sparklog.broker.authorization import authorized_operations
 from sparklog.broker.context import RequestContext
+from sparklog.broker.coordinators.group_offsets import CommitEntry
+from sparklog.broker.coordinators.groups import JoinRequest
 from sparklog.broker.errors import error_code
-from sparklog.broker.groups import JoinRequest
-from sparklog.broker.offsets import CommitEntry
 from sparklog.errors import GroupError, GroupNotFoundError, SparkLogError
 from sparklog.security.acls import AclOperation as Op
 from sparklog.security.acls import ResourceType as RT
@@ -40,7 +41,7 @@ def _coordinator(ctx: RequestContext, key: str, key_type: int = 0) -> dict[str, 
     if cluster is None:
         return {**me, "error_code": ErrorCode.none, "error_message": None}
     if key_type == 1:
-        from sparklog.broker.transactions import TXN_TOPIC, txn_partition
+        from sparklog.broker.coordinators.transactions import TXN_TOPIC, txn_partition
 
         node = cluster.leader_of(TXN_TOPIC, txn_partition(key))[0]
     else:

@@ -20,7 +20,7 @@ from kio.schema.errors import ErrorCode
 from sparklog.broker.context import RequestContext
 from sparklog.broker.errors import error_code
 from sparklog.broker.partitions import PartitionHandle
-from sparklog.broker.schema_validation import check_records
+from sparklog.broker.schema_registry.validation import check_records
 from sparklog.errors import (
     DuplicateSequenceError,
     InvalidBatchError,
@@ -134,7 +134,7 @@ def _append_one(
 def _validate_schemas(
     ctx: RequestContext, topic: str, index: int, records: Any, config: Any
 ) -> None:
-    """Broker-side schema validation (``sparklog.broker.schema_validation``)."""
+    """Broker-side schema validation (``sparklog.broker.schema_registry.validation``)."""
     registry = ctx.services.registry
     if registry is None:
         raise InvalidRecordsError(f"{topic}-{index}: schema validation is on, but the broker "

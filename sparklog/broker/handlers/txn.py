@@ -1,7 +1,8 @@
 """InitProducerId, AddPartitionsToTxn, AddOffsetsToTxn, EndTxn, TxnOffsetCommit,
 WriteTxnMarkers, DescribeTransactions, ListTransactions, DescribeProducers: the
 transaction protocol over
-``sparklog.broker.transactions`` (the coordinator) and ``sparklog.broker.offsets``.
+``sparklog.broker.coordinators.transactions`` (the coordinator) and
+``sparklog.broker.coordinators.group_offsets``.
 
 AddPartitionsToTxn is served up to v3, the client versions (v4+ batch the brokers'
 verification of KIP-890, which sparklog does inside the broker). A partition that does not
@@ -17,9 +18,9 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from sparklog.broker.context import RequestContext
+from sparklog.broker.coordinators.group_offsets import OFFSETS_TOPIC, CommitEntry, offsets_partition
+from sparklog.broker.coordinators.transactions import STATES, describe_entry, write_local_marker
 from sparklog.broker.errors import error_code
-from sparklog.broker.offsets import OFFSETS_TOPIC, CommitEntry, offsets_partition
-from sparklog.broker.transactions import STATES, describe_entry, write_local_marker
 from sparklog.errors import (
     ClusterAuthorizationError,
     InvalidProducerEpochError,

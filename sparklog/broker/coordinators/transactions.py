@@ -55,7 +55,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from sparklog.broker.offsets import OFFSETS_TOPIC, OffsetStore
+from sparklog.broker.coordinators.group_offsets import OFFSETS_TOPIC, OffsetStore
 from sparklog.broker.partitions import PartitionManager
 from sparklog.errors import (
     InvalidProducerIdMappingError,

@@ -34,7 +34,8 @@ id (a standalone client, a Spark query, an admin reset) is accepted only while t
 has no members; otherwise the member must be known (UNKNOWN_MEMBER_ID) and the generation
 current (ILLEGAL_GENERATION), and commits during CompletingRebalance get
 REBALANCE_IN_PROGRESS. As in Kafka's classic protocol, ownership of the committed partition
-is not checked. Committed offsets live in ``sparklog.broker.offsets.OffsetStore``. Refusals raise a
+is not checked. Committed offsets live in
+``sparklog.broker.coordinators.group_offsets.OffsetStore``. Refusals raise a
 ``sparklog.errors.GroupError`` subclass; ``sparklog.broker.errors`` maps it to its code.
 All of this runs on the broker's event loop; no locks.
 """

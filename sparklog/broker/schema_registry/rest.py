@@ -6,7 +6,8 @@ it. Requests and answers are JSON, content type ``application/vnd.schemaregistry
 with the registry's codes (40401 subject not found, 40402 version not found, 40403 schema
 not found, 409 incompatible, 42201 invalid schema, ...). Unknown request fields
 (``metadata``, ``ruleSet``, ...) are accepted and ignored. Changes that reach a broker not
-leading ``_schemas`` are forwarded to the one that does (``sparklog.broker.registry``).
+leading ``_schemas`` are forwarded to the one that does
+(``sparklog.broker.schema_registry.service``).
 
 With ``schema_registry_auth = "basic"`` every request needs HTTP basic credentials of a
 broker user (the SCRAM users of docs/security.md, checked as SASL/PLAIN checks them); with
@@ -27,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import ClientError, ClientSession, ClientTimeout, web
 
-from sparklog.broker.registry import SchemaRegistryService
+from sparklog.broker.schema_registry.service import SchemaRegistryService
 from sparklog.errors import (
     InvalidSchemaError,
     RegistryForbiddenError,

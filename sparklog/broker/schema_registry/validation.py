@@ -31,7 +31,7 @@ from sparklog.schemas.model import KEY_SCHEMA_ID_HEADER, VALUE_SCHEMA_ID_HEADER
 from sparklog.schemas.registry import RegistryState
 
 if TYPE_CHECKING:
-    from sparklog.broker.registry import SchemaRegistryService
+    from sparklog.broker.schema_registry.service import SchemaRegistryService
     from sparklog.storage.config import TopicConfig
 
 

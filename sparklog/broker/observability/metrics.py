@@ -11,7 +11,7 @@ Two kinds (docs/metrics.md has every name, its labels and its meaning):
   histograms the hot paths feed, and gauges computed when scraped:
   - the request counts and latency per API, produce and fetch records and bytes per
     topic, fsync latency (``BrokerMetrics``);
-  - lag in seconds, Burrow-style lag status (``sparklog.broker.lag``), segments and
+  - lag in seconds, Burrow-style lag status (``sparklog.broker.observability.lag``), segments and
     active-segment bytes, the sealing backlog, the last retention and compaction run per
     topic (``sparklog.storage.jobruns``), leadership changes and lease renewals.
 
@@ -40,6 +40,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
@@ -58,13 +59,16 @@ from prometheus_client.core import (
     Metric,
 )
 
-from sparklog.broker.lag import STATUSES, LagMonitor, worst
+from sparklog.broker.observability.lag import STATUSES, LagMonitor, worst
 from sparklog.broker.replicas import in_sync, reported
 from sparklog.errors import SparkLogError
 from sparklog.storage import durability, jobruns, names
 
 if TYPE_CHECKING:
-    from sparklog.broker.context import BrokerServices
+    from sparklog.broker.coordinators.group_offsets import OffsetStore
+    from sparklog.broker.coordinators.groups import GroupCoordinator
+    from sparklog.broker.membership import ClusterMember
+    from sparklog.broker.partitions import PartitionManager
     from sparklog.storage.reader import LogView
 
 log = logging.getLogger(__name__)
@@ -161,11 +165,23 @@ def _gauge(name: str, doc: str, labels: list[str] | None = None) -> GaugeMetricF
     return GaugeMetricFamily(name, doc, labels=labels)
 
 
-class BrokerCollector:
-    """The metrics computed when scraped (module docstring), from ``services``."""
+@dataclass(frozen=True)
+class MetricsSources:
+    """What the collector reads, and nothing else: the open partitions, the groups and
+    their committed offsets, and in cluster mode the broker's view of the cluster."""
 
-    def __init__(self, services: BrokerServices, lag: LagMonitor, address: str) -> None:
-        self.services = services
+    node_id: int
+    manager: PartitionManager
+    coordinator: GroupCoordinator
+    offsets: OffsetStore
+    cluster: ClusterMember | None
+
+
+class BrokerCollector:
+    """The metrics computed when scraped (module docstring), from ``sources``."""
+
+    def __init__(self, sources: MetricsSources, lag: LagMonitor, address: str) -> None:
+        self.sources = sources
         self.lag = lag
         self.address = address  # this broker's (host:port of its first listener)
         self._ts: dict[tuple[str, int, int], int | None] = {}
@@ -175,7 +191,7 @@ class BrokerCollector:
 
     def _partitions(self) -> list[tuple[str, int, int]]:
         """(topic, partition, leader) of every partition this broker reports."""
-        s = self.services
+        s = self.sources
         if s.cluster is None:
             out = []
             for topic in s.manager.storage.topics.list():
@@ -188,10 +204,10 @@ class BrokerCollector:
         return [(t, p, s.node_id) for t, p in list(s.manager.handles)]
 
     def _view(self, topic: str, partition: int) -> LogView:
-        handle = self.services.manager.handles.get((topic, partition))
+        handle = self.sources.manager.handles.get((topic, partition))
         if handle is not None:
             return handle.log.view()
-        return self.services.manager.follower_view(topic, partition)
+        return self.sources.manager.follower_view(topic, partition)
 
     def _timestamp(self, view: LogView, topic: str, partition: int, offset: int) -> int | None:
         """The timestamp (ms) of the first record at or after ``offset`` (or after the log
@@ -218,7 +234,7 @@ class BrokerCollector:
     # ------------------------------------------------------------------ collect
 
     def collect(self) -> Iterator[Metric]:
-        s = self.services
+        s = self.sources
         now_s = time.time()
         yield from self._brokers()
         offsets: dict[tuple[str, int], tuple[int, int]] = {}
@@ -239,7 +255,7 @@ class BrokerCollector:
             yield renewals
 
     def _brokers(self) -> Iterator[Metric]:
-        s = self.services
+        s = self.sources
         count = _gauge("kafka_brokers", "Number of Brokers in the Kafka Cluster.")
         info = _gauge("kafka_broker_info", "Information about the Kafka Broker.",
                       ["address", "id"])  # fmt: skip
@@ -256,7 +272,7 @@ class BrokerCollector:
         yield info
 
     def _topics(self, offsets: dict[tuple[str, int], tuple[int, int]]) -> Iterator[Metric]:
-        s = self.services
+        s = self.sources
         parts = _gauge("kafka_topic_partitions", "Number of partitions for this Topic",
                        ["topic"])  # fmt: skip
         current = _gauge(
@@ -306,13 +322,13 @@ class BrokerCollector:
     def _replicas(self, topic: str, partition: int) -> tuple[int, int]:
         """(replicas, in-sync replicas) of a partition this broker leads, counted as
         Metadata lists them (``broker.replicas``): 1 and 1 on a single local copy."""
-        cluster = self.services.cluster
+        cluster = self.sources.cluster
         if cluster is None:
             return 1, 1
         a = cluster.view.assignments.get((topic, partition))
         if a is None:
             return 1, 1
-        redundant = self.services.manager.storage.fs.redundant
+        redundant = self.sources.manager.storage.fs.redundant
         replicas = reported(a.leader, a.replicas, redundant=redundant)
         return max(1, len(replicas)), max(1, len(in_sync(replicas, cluster.view.brokers)))
 
@@ -323,7 +339,7 @@ class BrokerCollector:
         committed partition of the groups this broker coordinates; each group's commits
         read before the log ends (module docstring)."""
         rows = []
-        for group, committed in sorted(list(self.services.offsets.offsets.items())):
+        for group, committed in sorted(list(self.sources.offsets.offsets.items())):
             for (topic, p), c in sorted(dict(committed).items()):
                 start_end = offsets.get((topic, p))
                 if start_end is None:
@@ -350,7 +366,7 @@ class BrokerCollector:
     def _groups(
         self, offsets: dict[tuple[str, int], tuple[int, int]], now_s: float
     ) -> Iterator[Metric]:
-        s = self.services
+        s = self.sources
         labels = ["consumergroup", "topic", "partition"]
         cur = _gauge(
             "kafka_consumergroup_current_offset",
@@ -432,7 +448,7 @@ class BrokerCollector:
         return view.log_start_offset, view.high_watermark
 
     def _storage(self) -> Iterator[Metric]:
-        s = self.services
+        s = self.sources
         labels = ["topic", "partition"]
         segments = _gauge("sparklog_partition_segments", "Live segments of a partition", labels)
         seg_bytes = _gauge("sparklog_partition_bytes", "Bytes of a partition's live segments",
@@ -460,7 +476,7 @@ class BrokerCollector:
         yield fsync
 
     def _jobs(self) -> Iterator[Metric]:
-        s = self.services
+        s = self.sources
         # not "job": Prometheus sets that to the scrape job, and renames a scraped one
         labels = ["topic", "sparklog_job"]
         last = _gauge(
