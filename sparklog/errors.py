@@ -346,7 +346,10 @@ class KafkaRequestError(SparkLogError):
     def __init__(self, what: str, code: int, message: str | None = None) -> None:
         name = getattr(code, "name", str(code))
         super().__init__(f"{what}: {name.upper()}" + (f" ({message})" if message else ""))
-        self.code = code
+        self.what, self.code, self.message = what, code, message
+
+    def __reduce__(self) -> tuple[type[KafkaRequestError], tuple[str, int, str | None]]:
+        return type(self), (self.what, self.code, self.message)
 
 
 # ---------------------------------------------------------------------------- Spark DataSource

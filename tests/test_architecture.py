@@ -271,9 +271,18 @@ def test_every_exception_is_a_sparklog_error_in_sparklog_errors() -> None:
 def test_errors_with_their_own_arguments_survive_pickling() -> None:
     """Errors raised in Spark executors reach the driver pickled: a class whose constructor
     takes more than the message rebuilds itself from its own arguments."""
-    from sparklog.errors import RecordsRefusedError, TopicsDeniedError
+    from sparklog.errors import (
+        KafkaRequestError,
+        RecordsRefusedError,
+        SchemaRegistryError,
+        TopicsDeniedError,
+    )
 
     refused = pickle.loads(pickle.dumps(RecordsRefusedError("t-0: no key", [(1, "no key")])))
     assert (str(refused), refused.record_errors) == ("t-0: no key", [(1, "no key")])
     denied = pickle.loads(pickle.dumps(TopicsDeniedError({("t", 0), ("u", 1)})))
     assert (str(denied), denied.denied) == ("topics denied: t, u", {("t", 0), ("u", 1)})
+    failed = pickle.loads(pickle.dumps(KafkaRequestError("Produce t-0", 10, "too big")))
+    assert (str(failed), failed.code) == ("Produce t-0: 10 (too big)", 10)
+    registry = pickle.loads(pickle.dumps(SchemaRegistryError("no such", status=404, code=40401)))
+    assert (str(registry), registry.status, registry.code) == ("no such", 404, 40401)
