@@ -1,0 +1,829 @@
+"""The group coordinator's state machine, driven directly (``GroupCoordinator``): Kafka's
+classic group protocol, Empty -> PreparingRebalance -> CompletingRebalance -> Stable (and
+back), Dead once deleted; joins, syncs, heartbeats, leaves, generations, session and
+rebalance timeouts, static members, and the refusals of each.
+
+The spec is Apache Kafka's classic group coordinator (``GroupMetadataManager`` and
+``ClassicGroup`` in ``group-coordinator``); where a test pins down what Kafka answers, its
+docstring says so, read from that source."""
+
+from __future__ import annotations
+
+import asyncio
+import struct
+from typing import Any
+
+import pytest
+from kio.schema.errors import ErrorCode
+
+from sparklog.broker.coordinators.groups import GroupCoordinator, JoinRequest, State
+from sparklog.errors import (
+    FencedInstanceIdError,
+    IllegalGenerationError,
+    InconsistentGroupProtocolError,
+    InvalidGroupIdError,
+    InvalidSessionTimeoutError,
+    NonEmptyGroupError,
+    RebalanceInProgressError,
+    UnknownMemberIdError,
+)
+
+from .conftest import eventually, run
+
+GROUP = "g"
+
+
+def subscription(*topics: str) -> bytes:
+    """Kafka's ConsumerProtocolSubscription v0: version, then the topics."""
+    out = struct.pack(">hi", 0, len(topics))
+    for t in topics:
+        out += struct.pack(">h", len(t)) + t.encode()
+    return out + struct.pack(">i", -1)  # no user data
+
+
+def request(
+    member_id: str = "",
+    *,
+    instance: str | None = None,
+    protocols: list[tuple[str, bytes]] | None = None,
+    protocol_type: str = "consumer",
+    session_ms: int = 10_000,
+    rebalance_ms: int = 10_000,
+    v4: bool = False,
+    group: str = GROUP,
+) -> JoinRequest:
+    return JoinRequest(
+        group_id=group,
+        member_id=member_id,
+        group_instance_id=instance,
+        client_id="client",
+        client_host="127.0.0.1",
+        session_timeout_ms=session_ms,
+        rebalance_timeout_ms=rebalance_ms,
+        protocol_type=protocol_type,
+        protocols=protocols if protocols is not None else [("range", subscription("t"))],
+        requires_known_member_id=v4,
+    )
+
+
+def coordinator(**kw: int) -> GroupCoordinator:
+    """No initial rebalance delay unless asked: most tests want one member's join to
+    complete the rebalance at once."""
+    kw.setdefault("initial_rebalance_delay_ms", 0)
+    kw.setdefault("min_session_timeout_ms", 10)
+    return GroupCoordinator(**kw)
+
+
+async def stable_pair(c: GroupCoordinator) -> tuple[str, str]:
+    """A Stable group of two members at generation 2: (leader, follower)."""
+    first = await c.join(request())
+    leader = first["member_id"]
+    pending = asyncio.ensure_future(c.join(request()))
+    await eventually(lambda: c.groups[GROUP].state == State.PREPARING, "the second join")
+    again = asyncio.ensure_future(c.join(request(leader)))
+    a, b = await asyncio.gather(again, pending)
+    assert a["generation_id"] == b["generation_id"] == 2
+    follower = b["member_id"]
+    synced = asyncio.ensure_future(c.sync(GROUP, follower, None, 2, {}))
+    await c.sync(GROUP, leader, None, 2, {leader: b"L", follower: b"F"})
+    assert (await synced)[0] == b"F"
+    assert c.groups[GROUP].state == State.STABLE
+    return leader, follower
+
+
+# ---------------------------------------------------------------------- join
+
+
+def test_join_without_member_id_v4_is_member_id_required() -> None:
+    """KIP-394: JoinGroup v4+ without a member id is answered MEMBER_ID_REQUIRED with a
+    member id to come back with; the group stays Empty (Kafka keeps it as a pending
+    member, not a member)."""
+
+    async def scenario() -> None:
+        c = coordinator()
+        answer = await c.join(request(v4=True))
+        assert answer["error_code"] == ErrorCode.member_id_required
+        assert answer["member_id"].startswith("client-")
+        group = c.groups[GROUP]
+        assert group.state == State.EMPTY and not group.members
+        assert answer["member_id"] in group.pending_ids
+        await c.stop()
+
+    run(scenario())
+
+
+def test_pending_member_rejoins_with_its_id() -> None:
+    async def scenario() -> None:
+        c = coordinator()
+        given = (await c.join(request(v4=True)))["member_id"]
+        answer = await c.join(request(given, v4=True))
+        assert answer["error_code"] == ErrorCode.none
+        assert answer["member_id"] == given and answer["leader"] == given
+        assert not c.groups[GROUP].pending_ids
+        await c.stop()
+
+    run(scenario())
+
+
+def test_first_join_completes_rebalance_to_completing() -> None:
+    """One member's join moves Empty -> PreparingRebalance -> CompletingRebalance at
+    generation 1; as the leader, it is told every member and its metadata."""
+
+    async def scenario() -> None:
+        c = coordinator()
+        answer = await c.join(request())
+        group = c.groups[GROUP]
+        assert group.state == State.COMPLETING
+        assert answer["generation_id"] == group.generation == 1
+        assert answer["leader"] == answer["member_id"]
+        assert answer["protocol_name"] == "range"
+        assert [m["member_id"] for m in answer["members"]] == [answer["member_id"]]
+        assert answer["members"][0]["metadata"] == subscription("t")
+        await c.stop()
+
+    run(scenario())
+
+
+def test_follower_join_answer_lists_no_members() -> None:
+    async def scenario() -> None:
+        c = coordinator()
+        leader = (await c.join(request()))["member_id"]
+        pending = asyncio.ensure_future(c.join(request()))
+        await eventually(lambda: c.groups[GROUP].state == State.PREPARING, "a rebalance")
+        led, follows = await asyncio.gather(c.join(request(leader)), pending)
+        assert follows["leader"] == leader and follows["members"] == []
+        assert len(led["members"]) == 2
+        await c.stop()
+
+    run(scenario())
+
+
+def test_join_with_unknown_member_id_is_refused() -> None:
+    async def scenario() -> None:
+        c = coordinator()
+        await c.join(request())
+        with pytest.raises(UnknownMemberIdError):
+            await c.join(request("nobody"))
+        await c.stop()
+
+    run(scenario())
+
+
+def test_empty_group_id_is_invalid() -> None:
+    async def scenario() -> None:
+        with pytest.raises(InvalidGroupIdError):
+            await coordinator().join(request(group=""))
+
+    run(scenario())
+
+
+@pytest.mark.parametrize("session_ms", [5, 60_000])
+def test_session_timeout_outside_bounds_is_refused(session_ms: int) -> None:
+    """Kafka: INVALID_SESSION_TIMEOUT outside [group.min.session.timeout.ms,
+    group.max.session.timeout.ms]."""
+
+    async def scenario() -> None:
+        c = coordinator(min_session_timeout_ms=10, max_session_timeout_ms=30_000)
+        with pytest.raises(InvalidSessionTimeoutError):
+            await c.join(request(session_ms=session_ms))
+        assert GROUP not in c.groups or not c.groups[GROUP].members
+
+    run(scenario())
+
+
+def test_join_with_other_protocol_type_is_inconsistent() -> None:
+    async def scenario() -> None:
+        c = coordinator()
+        await c.join(request())
+        with pytest.raises(InconsistentGroupProtocolError):
+            await c.join(request(protocol_type="connect"))
+        await c.stop()
+
+    run(scenario())
+
+
+def test_join_sharing_no_protocol_is_inconsistent() -> None:
+    """Kafka's ``supportsProtocols``: a non-empty group accepts a member only if one of
+    its protocols is supported by every member."""
+
+    async def scenario() -> None:
+        c = coordinator()
+        await c.join(request())
+        with pytest.raises(InconsistentGroupProtocolError):
+            await c.join(request(protocols=[("roundrobin", b"")]))
+        await c.stop()
+
+    run(scenario())
+
+
+def test_protocol_is_chosen_by_vote_among_common_ones() -> None:
+    """Kafka's ``selectProtocol``: each member votes for its first protocol that every
+    member supports; the most votes win (here two votes for range, one for sticky; "x",
+    supported by one member only, is no candidate)."""
+
+    async def scenario() -> None:
+        c = coordinator()
+        first = await c.join(request(protocols=[("sticky", b""), ("range", b"")]))
+        prefers_range = [("x", b""), ("range", b""), ("sticky", b"")]
+        second = asyncio.ensure_future(c.join(request(protocols=prefers_range)))
+        await eventually(lambda: c.groups[GROUP].state == State.PREPARING, "a rebalance")
+        third = asyncio.ensure_future(c.join(request(protocols=[("range", b""), ("sticky", b"")])))
+        await eventually(lambda: len(c.groups[GROUP].members) == 3, "the third join")
+        rejoin = c.join(request(first["member_id"], protocols=[("sticky", b""), ("range", b"")]))
+        answers = await asyncio.gather(rejoin, second, third)
+        assert {a["protocol_name"] for a in answers} == {"range"}
+        await c.stop()
+
+    run(scenario())
+
+
+def test_initial_rebalance_delay_lands_members_in_one_generation() -> None:
+    """Kafka's ``group.initial.rebalance.delay.ms``: the first rebalance of an Empty group
+    waits, so members starting together get one generation."""
+
+    async def scenario() -> None:
+        c = coordinator(initial_rebalance_delay_ms=300)
+        a = asyncio.ensure_future(c.join(request()))
+        await asyncio.sleep(0.05)
+        b = asyncio.ensure_future(c.join(request()))
+        answers = await asyncio.gather(a, b)
+        assert [x["generation_id"] for x in answers] == [1, 1]
+        assert len(c.groups[GROUP].members) == 2
+        await c.stop()
+
+    run(scenario())
+
+
+# ---------------------------------------------------------------------- sync
+
+
+def test_leader_sync_makes_group_stable() -> None:
+    async def scenario() -> None:
+        c = coordinator()
+        me = (await c.join(request()))["member_id"]
+        assignment, group = await c.sync(GROUP, me, None, 1, {me: b"mine"})
+        assert assignment == b"mine"
+        assert group.state == State.STABLE
+        await c.stop()
+
+    run(scenario())
+
+
+def test_follower_sync_waits_for_leader_assignment() -> None:
+    async def scenario() -> None:
+        c = coordinator()
+        leader, follower = await stable_pair(c)
+        assert c.groups[GROUP].members[follower].assignment == b"F"
+        assert c.groups[GROUP].members[leader].assignment == b"L"
+        await c.stop()
+
+    run(scenario())
+
+
+def test_sync_in_stable_group_returns_current_assignment() -> None:
+    async def scenario() -> None:
+        c = coordinator()
+        _leader, follower = await stable_pair(c)
+        assignment, _ = await c.sync(GROUP, follower, None, 2, {})
+        assert assignment == b"F"
+        await c.stop()
+
+    run(scenario())
+
+
+def test_sync_with_wrong_generation_is_illegal_generation() -> None:
+    async def scenario() -> None:
+        c = coordinator()
+        me = (await c.join(request()))["member_id"]
+        with pytest.raises(IllegalGenerationError):
+            await c.sync(GROUP, me, None, 7, {})
+        await c.stop()
+
+    run(scenario())
+
+
+def test_sync_of_unknown_member_is_refused() -> None:
+    async def scenario() -> None:
+        c = coordinator()
+        await c.join(request())
+        with pytest.raises(UnknownMemberIdError):
+            await c.sync(GROUP, "nobody", None, 1, {})
+        await c.stop()
+
+    run(scenario())
+
+
+def test_sync_during_preparing_rebalance_is_rebalance_in_progress() -> None:
+    async def scenario() -> None:
+        c = coordinator()
+        leader, _ = await stable_pair(c)
+        pending = asyncio.ensure_future(c.join(request()))
+        await eventually(lambda: c.groups[GROUP].state == State.PREPARING, "a rebalance")
+        with pytest.raises(RebalanceInProgressError):
+            await c.sync(GROUP, leader, None, 2, {})
+        pending.cancel()
+        await c.stop()
+
+    run(scenario())
+
+
+def test_rebalance_fails_pending_follower_sync() -> None:
+    """A follower waiting in SyncGroup when a new member starts a rebalance is answered
+    REBALANCE_IN_PROGRESS (Kafka: ``resetAndPropagateAssignmentWithError``)."""
+
+    async def scenario() -> None:
+        c = coordinator()
+        leader = (await c.join(request()))["member_id"]
+        pending = asyncio.ensure_future(c.join(request()))
+        await eventually(lambda: c.groups[GROUP].state == State.PREPARING, "a rebalance")
+        _, follows = await asyncio.gather(c.join(request(leader)), pending)
+        synced = asyncio.ensure_future(c.sync(GROUP, follows["member_id"], None, 2, {}))
+        await asyncio.sleep(0.01)
+        newcomer = asyncio.ensure_future(c.join(request()))
+        with pytest.raises(RebalanceInProgressError):
+            await synced
+        newcomer.cancel()
+        await c.stop()
+
+    run(scenario())
+
+
+# ---------------------------------------------------------------------- heartbeat
+
+
+def test_heartbeat_in_stable_group_is_accepted() -> None:
+    async def scenario() -> None:
+        c = coordinator()
+        leader, follower = await stable_pair(c)
+        c.heartbeat(GROUP, leader, None, 2)
+        c.heartbeat(GROUP, follower, None, 2)
+        await c.stop()
+
+    run(scenario())
+
+
+def test_heartbeat_with_old_generation_is_illegal_generation() -> None:
+    async def scenario() -> None:
+        c = coordinator()
+        leader, _ = await stable_pair(c)
+        with pytest.raises(IllegalGenerationError):
+            c.heartbeat(GROUP, leader, None, 1)
+        await c.stop()
+
+    run(scenario())
+
+
+def test_heartbeat_of_unknown_member_is_refused() -> None:
+    async def scenario() -> None:
+        c = coordinator()
+        await stable_pair(c)
+        with pytest.raises(UnknownMemberIdError):
+            c.heartbeat(GROUP, "nobody", None, 2)
+        await c.stop()
+
+    run(scenario())
+
+
+def test_heartbeat_to_unknown_group_is_unknown_member() -> None:
+    async def scenario() -> None:
+        with pytest.raises(UnknownMemberIdError):
+            coordinator().heartbeat("nosuch", "m", None, 1)
+
+    run(scenario())
+
+
+def test_heartbeat_during_preparing_rebalance_is_rebalance_in_progress() -> None:
+    """Kafka's classic heartbeat in PreparingRebalance: REBALANCE_IN_PROGRESS (the member
+    must rejoin), its session still renewed."""
+
+    async def scenario() -> None:
+        c = coordinator()
+        _leader, follower = await stable_pair(c)
+        pending = asyncio.ensure_future(c.join(request()))
+        await eventually(lambda: c.groups[GROUP].state == State.PREPARING, "a rebalance")
+        with pytest.raises(RebalanceInProgressError):
+            c.heartbeat(GROUP, follower, None, 2)
+        pending.cancel()
+        await c.stop()
+
+    run(scenario())
+
+
+def test_heartbeat_during_completing_rebalance_is_accepted() -> None:
+    async def scenario() -> None:
+        c = coordinator()
+        me = (await c.join(request()))["member_id"]
+        assert c.groups[GROUP].state == State.COMPLETING
+        c.heartbeat(GROUP, me, None, 1)
+        await c.stop()
+
+    run(scenario())
+
+
+# ---------------------------------------------------------------------- rejoin
+
+
+def test_follower_unchanged_rejoin_in_stable_group_does_not_rebalance() -> None:
+    """Kafka's ``classicGroupJoinExistingMember``: a follower of a Stable group rejoining
+    with its registered metadata gets the current generation back, no rebalance."""
+
+    async def scenario() -> None:
+        c = coordinator()
+        leader, follower = await stable_pair(c)
+        answer = await c.join(request(follower))
+        assert answer["generation_id"] == 2 and answer["leader"] == leader
+        assert c.groups[GROUP].state == State.STABLE
+        await c.stop()
+
+    run(scenario())
+
+
+def test_leader_rejoin_in_stable_group_rebalances() -> None:
+    async def scenario() -> None:
+        c = coordinator()
+        leader, follower = await stable_pair(c)
+        rejoin = asyncio.ensure_future(c.join(request(leader)))
+        await eventually(lambda: c.groups[GROUP].state == State.PREPARING, "a rebalance")
+        answers = await asyncio.gather(rejoin, c.join(request(follower)))
+        assert [a["generation_id"] for a in answers] == [3, 3]
+        await c.stop()
+
+    run(scenario())
+
+
+def test_changed_metadata_rejoin_rebalances() -> None:
+    async def scenario() -> None:
+        c = coordinator()
+        leader, follower = await stable_pair(c)
+        changed = [("range", subscription("t", "u"))]
+        rejoin = asyncio.ensure_future(c.join(request(follower, protocols=changed)))
+        await eventually(lambda: c.groups[GROUP].state == State.PREPARING, "a rebalance")
+        await asyncio.gather(rejoin, c.join(request(leader)))
+        assert c.groups[GROUP].generation == 3
+        assert c.groups[GROUP].subscribed_topics() == {"t", "u"}
+        await c.stop()
+
+    run(scenario())
+
+
+# ---------------------------------------------------------------------- leave
+
+
+def test_leave_rebalances_the_remaining_members() -> None:
+    async def scenario() -> None:
+        c = coordinator()
+        leader, follower = await stable_pair(c)
+        c.leave(GROUP, follower, None)
+        assert c.groups[GROUP].state == State.PREPARING
+        answer = await c.join(request(leader))
+        assert answer["generation_id"] == 3 and len(answer["members"]) == 1
+        await c.stop()
+
+    run(scenario())
+
+
+def test_leader_leaving_hands_leadership_on() -> None:
+    async def scenario() -> None:
+        c = coordinator()
+        leader, follower = await stable_pair(c)
+        c.leave(GROUP, leader, None)
+        answer = await c.join(request(follower))
+        assert answer["leader"] == follower
+        await c.stop()
+
+    run(scenario())
+
+
+def test_last_member_leaving_empties_the_group() -> None:
+    """Kafka's ``initNextGeneration`` with no members: the generation still advances and
+    the group is Empty, with no protocol."""
+
+    async def scenario() -> None:
+        c = coordinator()
+        me = (await c.join(request()))["member_id"]
+        await c.sync(GROUP, me, None, 1, {me: b""})
+        c.leave(GROUP, me, None)
+        group = c.groups[GROUP]
+        assert group.state == State.EMPTY and group.generation == 2
+        assert group.protocol_name is None and group.leader_id is None
+        await c.stop()
+
+    run(scenario())
+
+
+def test_leave_of_unknown_member_is_refused() -> None:
+    async def scenario() -> None:
+        c = coordinator()
+        await c.join(request())
+        with pytest.raises(UnknownMemberIdError):
+            c.leave(GROUP, "nobody", None)
+        with pytest.raises(UnknownMemberIdError):
+            c.leave("nosuch", "nobody", None)
+        await c.stop()
+
+    run(scenario())
+
+
+def test_leave_answers_a_pending_join_with_unknown_member() -> None:
+    """A member removed while it waits in JoinGroup is answered UNKNOWN_MEMBER_ID."""
+
+    async def scenario() -> None:
+        c = coordinator()
+        leader, _follower = await stable_pair(c)
+        rejoin = asyncio.ensure_future(c.join(request(leader)))
+        await eventually(lambda: c.groups[GROUP].state == State.PREPARING, "a rebalance")
+        c.leave(GROUP, leader, None)
+        assert (await rejoin)["error_code"] == ErrorCode.unknown_member_id
+        await c.stop()
+
+    run(scenario())
+
+
+# ---------------------------------------------------------------------- timeouts
+
+
+def test_session_timeout_removes_a_silent_member() -> None:
+    async def scenario() -> None:
+        c = coordinator()
+        first = await c.join(request(session_ms=200))
+        me = first["member_id"]
+        await c.sync(GROUP, me, None, 1, {me: b""})
+        group = c.groups[GROUP]
+        await eventually(lambda: me not in group.members, "the session to expire")
+        assert group.state == State.EMPTY and group.generation == 2
+        await c.stop()
+
+    run(scenario())
+
+
+def test_heartbeats_keep_a_member_alive() -> None:
+    async def scenario() -> None:
+        c = coordinator()
+        me = (await c.join(request(session_ms=300)))["member_id"]
+        await c.sync(GROUP, me, None, 1, {me: b""})
+        for _ in range(10):  # 1 s of heartbeats, over three session timeouts
+            c.heartbeat(GROUP, me, None, 1)
+            await asyncio.sleep(0.1)
+        assert me in c.groups[GROUP].members
+        await c.stop()
+
+    run(scenario())
+
+
+def test_session_timeout_of_a_follower_rebalances() -> None:
+    async def scenario() -> None:
+        c = coordinator()
+        leader = (await c.join(request(session_ms=30_000)))["member_id"]
+        pending = asyncio.ensure_future(c.join(request(session_ms=300)))
+        await eventually(lambda: c.groups[GROUP].state == State.PREPARING, "a rebalance")
+        _, follows = await asyncio.gather(c.join(request(leader, session_ms=30_000)), pending)
+        follower = follows["member_id"]
+        synced = asyncio.ensure_future(c.sync(GROUP, follower, None, 2, {}))
+        await c.sync(GROUP, leader, None, 2, {})
+        await synced
+        group = c.groups[GROUP]
+        await eventually(lambda: follower not in group.members, "the follower's session")
+        assert group.state == State.PREPARING
+        assert (await c.join(request(leader)))["generation_id"] == 3
+        await c.stop()
+
+    run(scenario())
+
+
+def test_pending_member_id_expires() -> None:
+    """A member id handed out with MEMBER_ID_REQUIRED that never comes back is dropped
+    after the session timeout (Kafka's pending-member heartbeat timer)."""
+
+    async def scenario() -> None:
+        c = coordinator()
+        given = (await c.join(request(v4=True, session_ms=200)))["member_id"]
+        group = c.groups[GROUP]
+        await eventually(lambda: given not in group.pending_ids, "the pending id to expire")
+        with pytest.raises(UnknownMemberIdError):
+            await c.join(request(given, v4=True))
+        await c.stop()
+
+    run(scenario())
+
+
+def test_rebalance_timeout_drops_members_that_did_not_rejoin() -> None:
+    """Kafka: when the rebalance timeout passes, members that did not rejoin are removed
+    and the rebalance completes with the others."""
+
+    async def scenario() -> None:
+        c = coordinator()
+        leader, follower = await stable_pair(c)
+        group = c.groups[GROUP]
+        group.members[leader].rebalance_timeout_ms = 300
+        group.members[follower].rebalance_timeout_ms = 300
+        answer = await c.join(request(leader, rebalance_ms=300, protocols=[("range", b"x")]))
+        assert answer["generation_id"] == 3
+        assert list(group.members) == [leader]
+        await c.stop()
+
+    run(scenario())
+
+
+# ---------------------------------------------------------------------- static members
+
+
+def test_static_member_gets_instance_prefixed_id() -> None:
+    async def scenario() -> None:
+        c = coordinator()
+        answer = await c.join(request(instance="i1", v4=True))
+        assert answer["error_code"] == ErrorCode.none
+        assert answer["member_id"].startswith("i1-")
+        assert c.groups[GROUP].static == {"i1": answer["member_id"]}
+        await c.stop()
+
+    run(scenario())
+
+
+def test_static_member_restart_into_stable_group_keeps_generation() -> None:
+    """KIP-345: a static member that restarts (no member id, known instance) with its
+    subscription unchanged takes its old place and assignment; no rebalance."""
+
+    async def scenario() -> None:
+        c = coordinator()
+        leader = (await c.join(request()))["member_id"]
+        pending = asyncio.ensure_future(c.join(request(instance="i1")))
+        await eventually(lambda: c.groups[GROUP].state == State.PREPARING, "a rebalance")
+        _, follows = await asyncio.gather(c.join(request(leader)), pending)
+        old = follows["member_id"]
+        synced = asyncio.ensure_future(c.sync(GROUP, old, None, 2, {}))
+        await c.sync(GROUP, leader, None, 2, {old: b"A"})
+        await synced
+        back = await c.join(request(instance="i1"))
+        new = back["member_id"]
+        assert new != old and back["generation_id"] == 2
+        assert c.groups[GROUP].state == State.STABLE
+        assert (await c.sync(GROUP, new, "i1", 2, {}))[0] == b"A"
+        await c.stop()
+
+    run(scenario())
+
+
+def test_static_leader_restart_is_told_to_skip_assignment() -> None:
+    """KIP-814: a returning static leader learns the members but keeps the assignment."""
+
+    async def scenario() -> None:
+        c = coordinator()
+        me = (await c.join(request(instance="i1")))["member_id"]
+        await c.sync(GROUP, me, "i1", 1, {me: b"A"})
+        back = await c.join(request(instance="i1"))
+        assert back["skip_assignment"] is True and back["leader"] == back["member_id"]
+        assert len(back["members"]) == 1
+        await c.stop()
+
+    run(scenario())
+
+
+def test_replaced_static_member_is_fenced() -> None:
+    """Kafka's ``validateMember``: a request from the old member id of a static instance
+    that has a newer member id is FENCED_INSTANCE_ID."""
+
+    async def scenario() -> None:
+        c = coordinator()
+        old = (await c.join(request(instance="i1")))["member_id"]
+        await c.sync(GROUP, old, "i1", 1, {old: b"A"})
+        await c.join(request(instance="i1"))
+        with pytest.raises(FencedInstanceIdError):
+            c.heartbeat(GROUP, old, "i1", 1)
+        with pytest.raises(FencedInstanceIdError):
+            await c.join(request(old, instance="i1"))
+        await c.stop()
+
+    run(scenario())
+
+
+def test_static_member_leaves_by_instance_id() -> None:
+    """LeaveGroup v3+ names static members by instance id alone."""
+
+    async def scenario() -> None:
+        c = coordinator()
+        await c.join(request(instance="i1"))
+        c.leave(GROUP, "", "i1")
+        group = c.groups[GROUP]
+        assert not group.members and not group.static and group.state == State.EMPTY
+        await c.stop()
+
+    run(scenario())
+
+
+# ---------------------------------------------------------------------- commits, delete
+
+
+def test_commit_without_generation_to_empty_group_is_accepted() -> None:
+    """Kafka's ``validateOffsetCommit``: generation -1 and no member id (an admin client,
+    a standalone consumer) may commit while the group is Empty."""
+
+    async def scenario() -> None:
+        c = coordinator()
+        c.check_commit(GROUP, "", None, -1)
+        me = (await c.join(request()))["member_id"]
+        c.leave(GROUP, me, None)
+        c.check_commit(GROUP, "", None, -1)
+
+    run(scenario())
+
+
+def test_commit_without_generation_to_live_group_is_unknown_member() -> None:
+    async def scenario() -> None:
+        c = coordinator()
+        await c.join(request())
+        with pytest.raises(UnknownMemberIdError):
+            c.check_commit(GROUP, "", None, -1)
+        await c.stop()
+
+    run(scenario())
+
+
+def test_commit_by_member_of_stable_group_is_accepted() -> None:
+    async def scenario() -> None:
+        c = coordinator()
+        leader, follower = await stable_pair(c)
+        c.check_commit(GROUP, leader, None, 2)
+        c.check_commit(GROUP, follower, None, 2)
+        await c.stop()
+
+    run(scenario())
+
+
+def test_commit_with_stale_generation_is_illegal_generation() -> None:
+    async def scenario() -> None:
+        c = coordinator()
+        leader, _ = await stable_pair(c)
+        with pytest.raises(IllegalGenerationError):
+            c.check_commit(GROUP, leader, None, 1)
+        await c.stop()
+
+    run(scenario())
+
+
+def test_commit_by_unknown_member_is_refused() -> None:
+    async def scenario() -> None:
+        c = coordinator()
+        await stable_pair(c)
+        with pytest.raises(UnknownMemberIdError):
+            c.check_commit(GROUP, "nobody", None, 2)
+        await c.stop()
+
+    run(scenario())
+
+
+def test_commit_during_completing_rebalance_is_rebalance_in_progress() -> None:
+    """Kafka: a valid member and generation in CompletingRebalance gets
+    REBALANCE_IN_PROGRESS (it has not synced yet)."""
+
+    async def scenario() -> None:
+        c = coordinator()
+        me = (await c.join(request()))["member_id"]
+        with pytest.raises(RebalanceInProgressError):
+            c.check_commit(GROUP, me, None, 1)
+        await c.stop()
+
+    run(scenario())
+
+
+def test_commit_during_preparing_rebalance_is_accepted() -> None:
+    """Kafka's classic protocol lets the current generation commit while the group
+    prepares a rebalance (consumers commit in ``onPartitionsRevoked``)."""
+
+    async def scenario() -> None:
+        c = coordinator()
+        _leader, follower = await stable_pair(c)
+        pending = asyncio.ensure_future(c.join(request()))
+        await eventually(lambda: c.groups[GROUP].state == State.PREPARING, "a rebalance")
+        c.check_commit(GROUP, follower, None, 2)
+        pending.cancel()
+        await c.stop()
+
+    run(scenario())
+
+
+def test_delete_of_non_empty_group_is_refused() -> None:
+    async def scenario() -> None:
+        c = coordinator()
+        await c.join(request())
+        with pytest.raises(NonEmptyGroupError):
+            c.delete(GROUP)
+        await c.stop()
+
+    run(scenario())
+
+
+def test_delete_of_empty_group_makes_it_dead_and_forgets_it() -> None:
+    async def scenario() -> None:
+        c = coordinator()
+        me = (await c.join(request()))["member_id"]
+        c.leave(GROUP, me, None)
+        group = c.groups[GROUP]
+        c.delete(GROUP)
+        assert group.state == State.DEAD and GROUP not in c.groups
+        with pytest.raises(UnknownMemberIdError):
+            c.heartbeat(GROUP, me, None, 2)
+        answer: dict[str, Any] = await c.join(request())
+        assert answer["generation_id"] == 1  # a new group of that name starts over
+        await c.stop()
+
+    run(scenario())
