@@ -390,12 +390,21 @@ class TransactionCoordinator:
     async def _finish(self, meta: TxnMeta) -> TxnMeta:
         commit = meta.state == PREPARE_COMMIT
         coordinator_epoch = self.coordinator_epoch(meta.transactional_id)
+        # a deleted topic's partitions get no marker (as in Kafka): waiting for them would
+        # leave the id in Prepare* for good, and fail its every later request
+        gone = self.check_partitions(meta.partitions)
+        if gone:
+            log.info(
+                "transactional id %r: no markers for deleted partitions %s",
+                meta.transactional_id,
+                sorted(gone),
+            )
         await asyncio.gather(
             *(
                 self.write_marker(
                     t, p, meta.producer_id, meta.producer_epoch, commit, coordinator_epoch
                 )
-                for t, p in sorted(meta.partitions)
+                for t, p in sorted(meta.partitions - gone.keys())
             )
         )
         done = replace(meta, state=COMPLETE_COMMIT if commit else COMPLETE_ABORT)

@@ -616,3 +616,27 @@ def test_offsets_committed_in_a_transaction_vanish_on_abort(manager, topic) -> N
         assert offsets.committed("g") == {}
 
     run(scenario())
+
+
+# ---------------------------------------------------------------------- deleted topics
+
+
+def test_transaction_over_a_deleted_topic_completes(manager, topic) -> None:
+    """Kafka's ``TransactionMarkerChannelManager``: a partition whose topic was deleted
+    gets no marker ("likely deleted already and hence can be skipped") and the
+    transaction completes. Without that, the id would stay in ``PrepareCommit`` and every
+    later InitProducerId of it would fail on the missing partition."""
+
+    async def scenario() -> None:
+        c = coordinator(manager)
+        manager.create_topic("gone", 1, None)
+        pid, epoch = await begin(c, manager)
+        await c.add_partitions(TID, pid, epoch, [("gone", 0)])
+        produce(manager, ("gone", 0), pid, epoch)
+        manager.delete_topic("gone")
+        await c.end_txn(TID, pid, epoch, commit=True)
+        await eventually(lambda: c.describe(TID).state == COMPLETE_COMMIT, "CompleteCommit")
+        assert decided(manager, T0)
+        assert await c.init_producer_id(TID, 60_000) == (pid, epoch + 1)
+
+    run(scenario())
