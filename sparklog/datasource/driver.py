@@ -24,6 +24,17 @@ How: PySpark's ``DataFrameReader``, ``DataStreamReader``, ``DataFrameWriter`` an
 ``DataStreamWriter`` remember the format and options they are given, and their ``load``,
 ``save`` and ``start`` check them when the format is ``sparklog``; every other format goes
 through untouched. Installed once per process (``install``).
+
+Why wrapping PySpark's methods cannot be avoided: ``load``, ``save`` and ``start`` are the
+only points where this (the driver's) Python process sees a ``sparklog`` read's or write's
+options. PySpark has no hook there, and the source's own code runs in Python worker
+processes the JVM starts (``DataSource.schema``, and a stream's reader with its
+``latestOffset`` and ``commit``), whose exceptions reach the user wrapped. For the same
+reason a stream's ``load`` is where a secured group's client settings are handed to the
+group-offsets listener (``group_offsets.remember``): the listener runs here, hears only a
+query's progress, and the progress carries no passwords. The listener itself is added by
+``register``, once per session, and does not depend on these wrappers: a PLAINTEXT group
+is committed from the progress alone.
 """
 
 from __future__ import annotations
@@ -89,8 +100,9 @@ def _remember(cls: Any) -> None:
 def _read_check(parse: Callable[[dict[str, str]], Any]) -> Callable[..., Any]:
     def wrap(plain_load: Callable[..., Any]) -> Callable[..., Any]:
         @functools.wraps(plain_load)
-        def load(self: Any, path: Any = None, format: Any = None, schema: Any = None,
-                 **options: Any) -> Any:  # fmt: skip
+        def load(
+            self: Any, path: Any = None, format: Any = None, schema: Any = None, **options: Any
+        ) -> Any:
             if not _is_sparklog(self, format):
                 return plain_load(self, path, format, schema, **options)
             given = _merged(self, options)
@@ -165,11 +177,13 @@ def _jvm_decoding(spark: Any, o: Any) -> Any:
     fields = tuple(
         # every live version now, newer than the reader's too (from_avro resolves a newer
         # writer to an older reader): only schemas registered later are left to Python
-        dataclasses.replace(t, jvm_writers=writer_ids(source, t.subject,
-                                                      source.latest(t.subject).version))
-        if t.format == "avro" and jvm_decodable(t) else t
+        dataclasses.replace(
+            t, jvm_writers=writer_ids(source, t.subject, source.latest(t.subject).version)
+        )
+        if t.format == "avro" and jvm_decodable(t)
+        else t
         for t in decoding.fields
-    )  # fmt: skip
+    )
     if not any(t.jvm_writers for t in fields):
         return None
     return dataclasses.replace(decoding, fields=fields)
@@ -194,9 +208,9 @@ def check_stream_features(o: Any, admission_control: bool) -> None:
 
 def _stream_options(given: dict[str, str]) -> Any:
     """``stream_options``; the group's broker settings are kept for the listener's commits
-    (``sparklog.datasource.progress.remember``)."""
+    (``sparklog.datasource.group_offsets.remember``; see the module docstring)."""
+    from sparklog.datasource.group_offsets import remember
     from sparklog.datasource.options import stream_options
-    from sparklog.datasource.progress import remember
 
     o = stream_options(given)
     check_stream_features(o, ADMISSION_CONTROL)
@@ -230,11 +244,16 @@ def install() -> None:
         return plain_mode(self, saveMode)
 
     @functools.wraps(plain_save)
-    def save(self: Any, path: Any = None, format: Any = None, mode: Any = None,
-             partitionBy: Any = None, **options: Any) -> None:  # fmt: skip
+    def save(
+        self: Any,
+        path: Any = None,
+        format: Any = None,
+        mode: Any = None,
+        partitionBy: Any = None,
+        **options: Any,
+    ) -> None:
         if _is_sparklog(self, format):
-            write_options(_merged(self, options),
-                          self._df.schema)  # fmt: skip
+            write_options(_merged(self, options), self._df.schema)
             chosen = (
                 str(mode).lower() if mode is not None else getattr(self, "_sparklog_mode", None)
             )
@@ -245,11 +264,17 @@ def install() -> None:
     plain_start = DataStreamWriter.start
 
     @functools.wraps(plain_start)
-    def start(self: Any, path: Any = None, format: Any = None, outputMode: Any = None,
-              partitionBy: Any = None, queryName: Any = None, **options: Any) -> Any:  # fmt: skip
+    def start(
+        self: Any,
+        path: Any = None,
+        format: Any = None,
+        outputMode: Any = None,
+        partitionBy: Any = None,
+        queryName: Any = None,
+        **options: Any,
+    ) -> Any:
         if _is_sparklog(self, format):
-            write_options(_merged(self, options),
-                          self._df.schema)  # fmt: skip
+            write_options(_merged(self, options), self._df.schema)
         return plain_start(self, path, format, outputMode, partitionBy, queryName, **options)
 
     DataFrameWriter.mode = mode  # type: ignore[method-assign]

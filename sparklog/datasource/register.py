@@ -11,7 +11,7 @@ import contextlib
 from typing import Any
 
 from sparklog.datasource import driver
-from sparklog.datasource.progress import GroupCommitListener
+from sparklog.datasource.progress import GroupOffsetsListener
 from sparklog.datasource.source import SparkLogDataSource
 
 #: how long, at interpreter exit, Spark may take to deliver the streaming events it holds
@@ -24,11 +24,13 @@ def register(spark: Any) -> None:
     Also turns on Python data-source filter push-down, which the reader relies on to plan
     only the partitions and offsets a query's filters allow: PySpark refuses a reader that
     implements ``pushFilters`` while ``spark.sql.python.filterPushdown.enabled`` is false;
-    adds ``GroupCommitListener``, which commits a streaming query's group offsets when
-    Spark finishes each micro-batch (``sparklog.datasource.progress``); and makes the
+    adds ``GroupOffsetsListener`` to the session (once per session), which commits a
+    streaming query's group offsets when Spark finishes each micro-batch
+    (``sparklog.datasource.progress``, ``sparklog.datasource.group_offsets``); and makes the
     driver check a ``sparklog`` read's or write's options before Spark runs the source, so
     a wrong option is the first line the user sees, and lets ``df.write`` run in Spark's
-    default save mode (``sparklog.datasource.driver``).
+    default save mode (``sparklog.datasource.driver``, once per process: it wraps PySpark's
+    readers' and writers' methods, its docstring says why).
 
     The listener is a Python object the JVM calls back, so it leaves with the Python side:
     at interpreter exit (``atexit``) the events Spark still holds are delivered, then the
@@ -40,13 +42,13 @@ def register(spark: Any) -> None:
     spark.conf.set("spark.sql.python.filterPushdown.enabled", "true")
     spark.dataSource.register(SparkLogDataSource)
     driver.install()
-    if not getattr(spark, "_sparklog_group_commits", False):
-        listener = GroupCommitListener()
+    if not getattr(spark, "_sparklog_group_offsets", False):
+        listener = GroupOffsetsListener()
         try:
             spark.streams.addListener(listener)
         except Exception:  # Spark Connect: the source's own commits remain
             return
-        spark._sparklog_group_commits = True
+        spark._sparklog_group_offsets = True
         atexit.register(_detach, spark, listener)
 
 

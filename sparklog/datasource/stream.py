@@ -17,18 +17,19 @@ reads up to the high watermarks seen when the query starts. Typed keys and value
 micro-batch; records written with a schema registered later are resolved to them (their
 new fields dropped) and the executors fetch such new writer schemas when they meet them;
 a query sees new fields when it is started again. Partitions added to a topic,
-and topics matching a pattern later, are picked up from their log start. ``commit``
-advances the consumer group's committed offsets through the broker, so Kafka tools and
-``sparklog groups describe`` show the query's lag; ``sparklog.datasource.progress``
-commits each batch's end as soon as Spark finishes it. The Spark checkpoint stays the source
-of truth for the query itself, and a failed group commit only logs a warning. With
+and topics matching a pattern later, are picked up from their log start. With ``group``,
+``latestOffset(start)`` and ``commit`` commit the end of the last finished batch to the
+consumer group (``sparklog.datasource.group_offsets``, which says when and by whom), so
+Kafka tools and ``sparklog groups describe`` show the query's lag; the listener in the
+driver (``sparklog.datasource.progress``) commits each batch's end as soon as Spark
+finishes it. The Spark checkpoint stays the source of truth for the query itself, and a
+failed commit of the group's offsets only logs a warning. With
 ``kafka.bootstrap.servers``, every topic is checked once, when it is first planned, for the
 principal's READ permission (the broker's ACLs; executors read files directly).
 """
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
@@ -52,31 +53,17 @@ else:  # Spark 4.1: no admission control; Spark runs AvailableNow with its own w
         pass
 
 
+from sparklog.datasource.group_offsets import REPORT_KEY, GroupOffsetCommitter, group_report
+from sparklog.datasource.offsets import SparkOffsets as Offsets
+from sparklog.datasource.offsets import StreamOffsets, TopicPartition
 from sparklog.datasource.options import StreamOptions
-from sparklog.datasource.plan import ReadPlanner, TopicPartition
-from sparklog.datasource.progress import REPORT_KEY, group_report
+from sparklog.datasource.plan import ReadPlanner
 from sparklog.datasource.scan import OffsetRange, read_partition, with_decoding
 from sparklog.kafka import admin
 from sparklog.kafka.client import KafkaClient
 from sparklog.kafka.security_admin import require_read_access
 from sparklog.schemas.codec import Decoding
 from sparklog.storage.reader import LogView
-
-log = logging.getLogger(__name__)
-
-Offsets = dict[str, dict[str, int]]
-GROUP_COMMIT_TIMEOUT_S = 10.0  # a courtesy commit must not hold a micro-batch up for long
-
-
-def _flat(offsets: Offsets) -> dict[TopicPartition, int]:
-    return {(t, int(p)): int(o) for t, parts in offsets.items() for p, o in parts.items()}
-
-
-def _nest(flat: dict[TopicPartition, int]) -> Offsets:
-    out: Offsets = {}
-    for (t, p), o in sorted(flat.items()):
-        out.setdefault(t, {})[str(p)] = o
-    return out
 
 
 def share_limit(
@@ -111,7 +98,12 @@ class SparkLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.decoding = decoding
         self._plan = ReadPlanner.of(options)
         self._target: dict[TopicPartition, int] | None = None
-        self._committed: dict[TopicPartition, int] = {}
+        #: the group's committer, in this worker (``sparklog.datasource.group_offsets``)
+        self._group = (
+            GroupOffsetCommitter(options.group, options.client)
+            if options.group and options.client is not None
+            else None
+        )
         self._last_batch = time.monotonic()
         self._log_starts: dict[TopicPartition, int] | None = None
         self._latest_seen: dict[TopicPartition, int] | None = None
@@ -138,8 +130,9 @@ class SparkLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def _within_target(self, latest: dict[TopicPartition, int]) -> dict[TopicPartition, int]:
         """``latest`` capped at an AvailableNow run's target (partitions beyond it dropped)."""
         if self._target is not None:
-            latest = {k: min(v, self._target.get(k, 0)) for k, v in latest.items()
-                      if k in self._target}  # fmt: skip
+            latest = {
+                k: min(v, self._target.get(k, 0)) for k, v in latest.items() if k in self._target
+            }
         return latest
 
     def initialOffset(self) -> Offsets:
@@ -149,18 +142,24 @@ class SparkLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             "startingOffsets", o.starting if o.starting != "group" else "", views
         )
         if o.starting_timestamps is not None:
-            return _nest({
-                tp: self._plan.start_by_timestamp(
-                    v, o.starting_timestamps, tp, v.high_watermark, o.timestamp_strategy
-                )
-                for tp, v in views.items()
-            })  # fmt: skip
+            return StreamOffsets(
+                {
+                    tp: self._plan.start_by_timestamp(
+                        v, o.starting_timestamps, tp, v.high_watermark, o.timestamp_strategy
+                    )
+                    for tp, v in views.items()
+                }
+            ).to_spark()
         if o.starting == "group":
             assert o.client is not None and o.group
             with KafkaClient(o.client) as c:
                 committed = admin.committed_offsets(c, o.group)
-            return _nest({tp: committed.get(tp, v.log_start_offset) for tp, v in views.items()})
-        return _nest({tp: ReadPlanner.offset(o.starting, tp, v, -2) for tp, v in views.items()})
+            return StreamOffsets(
+                {tp: committed.get(tp, v.log_start_offset) for tp, v in views.items()}
+            ).to_spark()
+        return StreamOffsets(
+            {tp: ReadPlanner.offset(o.starting, tp, v, -2) for tp, v in views.items()}
+        ).to_spark()
 
     def getDefaultReadLimit(self) -> ReadLimit:
         """``maxOffsetsPerTrigger`` as ``ReadMaxRows``; ``minOffsetsPerTrigger`` alone as
@@ -178,13 +177,13 @@ class SparkLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if start is None:  # Spark 4.1 asks without a start: everything there, no limit
             self._bounds()
             assert self._latest_seen is not None
-            return _nest(self._within_target(self._latest_seen))
+            return StreamOffsets(self._within_target(self._latest_seen)).to_spark()
         # ``start`` is the end of the last batch Spark completed: commit it to the group
         # here too, because Spark calls ``commit`` for a batch only once it plans the next
         # one, so the last batch of a query (an AvailableNow run) would never be committed.
         self._commit_group(start)
         views, recreated = self._bounds()
-        begin = self._plan.continue_from(_flat(start), views, recreated)
+        begin = self._plan.continue_from(StreamOffsets.from_spark(start).flat(), views, recreated)
         self._continued = (start, dict(begin))
         assert self._latest_seen is not None
         latest = self._within_target(self._latest_seen)
@@ -198,22 +197,22 @@ class SparkLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             available = sum(max(v - begin[k], 0) for k, v in latest.items())
             waited_ms = (time.monotonic() - self._last_batch) * 1000
             if available < minimum and waited_ms < self.options.max_trigger_delay_ms:
-                return _nest(begin)
+                return StreamOffsets(begin).to_spark()
         end = {k: max(v, begin[k]) for k, v in latest.items()}
         if end != begin:
             self._last_batch = time.monotonic()
-        return _nest(end)
+        return StreamOffsets(end).to_spark()
 
     def reportLatestOffset(self) -> dict[str, Any]:
         # Spark asks right after ``latestOffset``: report the high watermarks read there,
         # as Spark's Kafka source reports the offsets its latestOffset fetched. The report
         # only shows in the query's progress (``latestOffset``), so under a key no topic
         # name can have it also carries the data loss skipped so far, and the group whose
-        # offsets GroupCommitListener commits when a batch is done.
+        # offsets the listener commits when a batch is done (``group_offsets``).
         if self._latest_seen is None:
             self._bounds()
         assert self._latest_seen is not None
-        report: dict[str, Any] = dict(_nest(self._latest_seen))
+        report: dict[str, Any] = dict(StreamOffsets(self._latest_seen).to_spark())
         extra: dict[str, Any] = {}
         o = self.options
         if o.group and o.client is not None:
@@ -232,7 +231,7 @@ class SparkLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._target = dict(self._latest_seen or {})
 
     def partitions(self, start: Offsets, end: Offsets) -> list[OffsetRange]:
-        stop = _flat(end)
+        stop = StreamOffsets.from_spark(end).flat()
         log_starts = self._log_starts
         if (
             log_starts is None
@@ -241,7 +240,9 @@ class SparkLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             or any(tp not in log_starts for tp in stop)
         ):  # a batch replayed after a restart, or a partition new since
             views, recreated = self._bounds()
-            begin = self._plan.continue_from(_flat(start), views, recreated)
+            begin = self._plan.continue_from(
+                StreamOffsets.from_spark(start).flat(), views, recreated
+            )
             log_starts = self._log_starts
             assert log_starts is not None
         else:
@@ -257,19 +258,12 @@ class SparkLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._commit_group(end)
 
     def _commit_group(self, end: Offsets) -> None:
-        if not (self.options.group and self.options.client):
+        if self._group is None:
             return
-        flat = _flat(end)
+        offsets = StreamOffsets.from_spark(end)
         if self._log_starts is not None:  # partitions of deleted topics cannot be committed
-            flat = {tp: o for tp, o in flat.items() if tp in self._log_starts}
-        if flat == self._committed:
-            return
-        try:
-            with KafkaClient(self.options.client, timeout_s=GROUP_COMMIT_TIMEOUT_S) as c:
-                admin.commit_offsets(c, self.options.group, flat)
-            self._committed = flat
-        except Exception as e:  # the checkpoint is the query's truth; lag is a courtesy
-            log.warning("committing offsets of group %s failed: %s", self.options.group, e)
+            offsets = offsets.restricted_to(self._log_starts)
+        self._group.commit(offsets)
 
     def stop(self) -> None:
         return None

@@ -1,5 +1,6 @@
-"""``GroupCommitListener`` (``sparklog.datasource.progress``): it handles sparklog's sources
-only, and a script that exits without ``spark.stop()`` ends quietly."""
+"""``GroupOffsetsListener`` (``sparklog.datasource.progress``): it commits sparklog's
+sources' groups, leaves every other source alone, and a script that exits without
+``spark.stop()`` ends quietly."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +19,7 @@ from pyspark.sql.streaming.listener import StreamingQueryListener
 import sparklog.spark
 from sparklog.storage import Storage
 from sparklog.storage.records import make_records
+from sparklog_testkit.processes import BrokerProcess
 
 pytestmark = pytest.mark.spark
 
@@ -91,7 +94,74 @@ def test_other_sources_in_the_session_are_left_alone(
         spark.streams.removeListener(heard)
     assert all(q.lastProgress is not None for q in started)
     said = [r.getMessage() for r in caplog.records if r.name.startswith("sparklog")]
-    assert not any("group commit" in m for m in said), said
+    assert said == []  # no other source's offsets were read as sparklog's
+
+
+def test_a_group_is_committed_beside_file_and_rate_streams(
+    spark: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A sparklog query with a group runs at the same time as a Parquet file stream and a
+    rate stream of the same session: the listener commits the sparklog batch's end to the
+    group (its next batch is an hour away, so the source itself never does), and reads
+    nothing of the other queries' progress, whose offsets are no sparklog offsets."""
+    from confluent_kafka import Consumer, Producer
+    from confluent_kafka import TopicPartition as KafkaPartition
+
+    broker = BrokerProcess(str(tmp_path / "broker")).start()
+    parquet = str(tmp_path / "parquet")
+    spark.range(5).write.parquet(parquet)
+    heard = _Terminations()
+    try:
+        p = Producer({"bootstrap.servers": broker.bootstrap, "acks": "all"})
+        for i in range(40):
+            p.produce("mixed", value=b"v%d" % i)
+        assert p.flush(20) == 0
+        sparklog.spark.register(spark)
+        spark.streams.addListener(heard)
+        with caplog.at_level(logging.WARNING, logger="sparklog"):
+            frames = [
+                (
+                    spark.readStream.format("sparklog")
+                    .option("subscribe", "mixed")
+                    .option("startingOffsets", "earliest")
+                    .option("group", "beside-others")
+                    .option("kafka.bootstrap.servers", broker.bootstrap)
+                    .load(broker.data_dir),
+                    "1 hour",  # one batch now, the next one after the test
+                ),
+                (spark.readStream.schema("id long").parquet(parquet), "200 milliseconds"),
+                (
+                    spark.readStream.format("rate").option("rowsPerSecond", "10").load(),
+                    "200 milliseconds",
+                ),
+            ]
+            started = [
+                df.writeStream.format("noop")
+                .option("checkpointLocation", str(tmp_path / f"checkpoint-{i}"))
+                .trigger(processingTime=every)
+                .start()
+                for i, (df, every) in enumerate(frames)
+            ]
+            try:
+                c = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "beside-others"})
+                deadline = time.monotonic() + 120
+                committed = -1
+                while committed != 40 or any(len(q.recentProgress) < 3 for q in started[1:]):
+                    assert time.monotonic() < deadline, (committed, started[1].recentProgress)
+                    assert all(q.isActive for q in started), [q.exception() for q in started]
+                    [tp] = c.committed([KafkaPartition("mixed", 0)], timeout=10)
+                    committed = tp.offset
+                    time.sleep(0.2)
+                c.close()
+            finally:
+                for q in started:
+                    q.stop()
+            heard.wait({str(q.id) for q in started})
+    finally:
+        spark.streams.removeListener(heard)
+        broker.stop()
+    said = [r.getMessage() for r in caplog.records if r.name.startswith("sparklog")]
+    assert said == []  # neither a failed commit nor another source's offsets misread
 
 
 def test_a_script_that_exits_without_stopping_spark_ends_quietly(tmp_path: Path) -> None:
