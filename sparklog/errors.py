@@ -122,6 +122,11 @@ class DataDirNotDirectoryError(SparkLogError, ValueError):
     """A broker's data dir is an existing file, not a directory."""
 
 
+class ObjectStoreError(SparkLogError):
+    """An object-store root cannot be used: the endpoint is unreachable, the bucket is
+    missing, the credentials are missing or refused, or the s3 extra is not installed."""
+
+
 class NotLeaderError(SparkLogError):
     """This broker does not lead the partition (cluster mode): ask the leader."""
 
@@ -197,6 +202,27 @@ class UnknownProducerError(SparkLogError):
 
 class InvalidProducerEpochError(SparkLogError):
     """A produce batch carries an epoch older than the producer's current one (fenced)."""
+
+
+class InvalidRequiredAcksError(SparkLogError):
+    """A produce request's ``acks`` is not 0, 1 or -1 (all)."""
+
+
+class NotDurableError(SparkLogError):
+    """Appended records were not made durable, so never acknowledged: ``cause`` is why (a
+    failed fsync, or a refusal of the log's, which answers with its own code)."""
+
+    def __init__(self, cause: BaseException) -> None:
+        super().__init__(f"not durable: {cause}")
+        self.cause = cause
+
+    def __reduce__(self) -> tuple[type[NotDurableError], tuple[BaseException]]:
+        return type(self), (self.cause,)
+
+
+class UnconfirmedAppendError(NotDurableError):
+    """Appended records whose leadership check failed after the append (another broker
+    leads now): they may or may not be in the log, and the next leader's recovery decides."""
 
 
 # ---------------------------------------------------------------------------- consumer groups

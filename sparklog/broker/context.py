@@ -1,7 +1,7 @@
 """What a request handler may use besides the request itself.
 
 ``BrokerServices`` are the broker-wide parts (partitions, groups, committed offsets,
-transactions) and its
+transactions, the append service) and its
 identity; a ``Connection`` (``sparklog.broker.connection``) is the client the request came
 on: its peer address, the listener it reached (whose address the broker advertises back to
 it), the client software it named, and its principal. Every handler gets both through
@@ -25,6 +25,7 @@ from sparklog.errors import (
 from sparklog.security.acls import CLUSTER_NAME, AclOperation, ResourceType
 
 if TYPE_CHECKING:
+    from sparklog.broker.append import AppendService
     from sparklog.broker.connection import Connection
     from sparklog.broker.coordinators.group_offsets import OffsetStore
     from sparklog.broker.coordinators.groups import GroupCoordinator
@@ -54,6 +55,7 @@ class BrokerServices:
     coordinator: GroupCoordinator
     offsets: OffsetStore
     transactions: TransactionCoordinator
+    appends: AppendService  # what becomes of produced records
     cluster: ClusterMember | None = None  # cluster mode only
     security: SecurityService | None = None
     registry: SchemaRegistryService | None = None  # schemas for broker-side validation

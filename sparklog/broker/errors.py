@@ -36,6 +36,10 @@ _BY_CLASS: tuple[tuple[type[BaseException], ErrorCode], ...] = (
     (e.UnsupportedMagicError, ErrorCode.unsupported_for_message_format),
     (e.BatchTooLargeError, ErrorCode.message_too_large),
     (e.InvalidBatchError, ErrorCode.invalid_record),
+    # produce requests and their durability
+    (e.InvalidRequiredAcksError, ErrorCode.invalid_required_acks),
+    (e.UnconfirmedAppendError, ErrorCode.request_timed_out),
+    (e.NotDurableError, ErrorCode.kafka_storage_error),
     # idempotent producers
     (e.OutOfOrderSequenceError, ErrorCode.out_of_order_sequence_number),
     (e.InvalidProducerEpochError, ErrorCode.invalid_producer_epoch),
@@ -74,7 +78,13 @@ _BY_CLASS: tuple[tuple[type[BaseException], ErrorCode], ...] = (
 
 
 def error_code(exc: BaseException) -> ErrorCode:
-    """The Kafka error code for ``exc`` (UNKNOWN_SERVER_ERROR for anything unexpected)."""
+    """The Kafka error code for ``exc`` (UNKNOWN_SERVER_ERROR for anything unexpected).
+
+    Records not made durable because the log refused the round with a sparklog error
+    answer with that error's code; a failed fsync is KAFKA_STORAGE_ERROR, and leadership
+    lost after the append (``UnconfirmedAppendError``) REQUEST_TIMED_OUT."""
+    if type(exc) is e.NotDurableError and isinstance(exc.cause, e.SparkLogError):
+        exc = exc.cause
     for cls, code in _BY_CLASS:
         if isinstance(exc, cls):
             return code

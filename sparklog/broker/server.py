@@ -54,6 +54,7 @@ from aiohttp import web
 from kio.schema.errors import ErrorCode
 
 from sparklog.broker.apis import APIS, api_versions
+from sparklog.broker.append import AppendService
 from sparklog.broker.config import BrokerConfig
 from sparklog.broker.connection import Connection
 from sparklog.broker.context import BrokerServices, RequestContext
@@ -195,9 +196,10 @@ class Broker:
             self.registry = SchemaRegistryService(self.manager, self.config.node_id, self.member)
             if self.config.metrics is not None:
                 self.metrics = BrokerMetrics()
+            appends = AppendService(self.manager, transactions, self.registry, self.metrics)
             self.services = BrokerServices(
                 self.config.node_id, self.cluster_id, self.manager, coordinator, offsets,
-                transactions, self.member, self.security, self.registry, self.metrics,
+                transactions, appends, self.member, self.security, self.registry, self.metrics,
             )  # fmt: skip
             for server in self._servers:
                 await server.start_serving()
