@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import sys
 
-from sparklog.compaction.jobs import compaction_main
+from sparklog.cli.jobs import compaction_main
 
 if __name__ == "__main__":
     sys.exit(compaction_main())

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import sys
 
-from sparklog.compaction.jobs import retention_main
+from sparklog.cli.jobs import retention_main
 
 if __name__ == "__main__":
     sys.exit(retention_main())

@@ -1,4 +1,5 @@
-"""``sparklog scheduler --data-dir DIR``: runs retention and the compaction jobs on a schedule.
+"""Runs retention and the compaction jobs on a schedule (``sparklog scheduler --data-dir DIR``;
+its command line: ``sparklog.cli.scheduler``).
 
 Every topic gets two checks, each on its own interval derived from the topic's configs
 (``intervals``) and clamped to ``[--min-interval, --max-interval]`` (defaults 15 s, Kafka's
@@ -31,9 +32,10 @@ A check only reads manifests (the planners are pure), so a compaction job - and 
 starts only when there is work. A job's output is logged line by line with its name. A
 failed job (non-zero exit) is logged and its check retried after a backoff (doubling from
 ``--min-interval`` up to the interval); exit status 3 (another job holds the topic, or an
-input changed) is retried at the next check. A check that raises (a corrupt manifest, say)
-is logged like a failed job. SIGTERM or SIGINT stops launching, sends SIGTERM to running
-jobs, waits for them (then SIGKILL after ``--stop-timeout``), and exits 0.
+input changed: ``ExitCode.RETRY``) is retried at the next check. A check that raises (a
+corrupt manifest, say) is logged like a failed job. ``run`` returns when its ``stop`` event
+is set (the command line sets it on SIGTERM or SIGINT): it stops launching, sends SIGTERM
+to running jobs, and waits for them (then SIGKILL after ``stop_timeout_s``).
 
 Extra spark-submit options (``--spark-args "--master yarn --num-executors 4"``) go before
 the job name, so the same schedule drives a cluster.
@@ -54,6 +56,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from sparklog.cli.exits import ExitCode
 from sparklog.compaction import planner
 from sparklog.compaction.retention import RetentionOutcome, apply_retention
 from sparklog.storage import Storage, checkpoints, names
@@ -65,7 +68,6 @@ log = logging.getLogger("sparklog.scheduler")
 
 RETENTION = "retention"
 COMPACTION = "compaction"
-EXIT_RETRY = 3
 DEFAULT_MIN_INTERVAL_S = 15.0
 DEFAULT_MAX_INTERVAL_S = 300.0
 RETAINED_KEPT = 1000
@@ -183,8 +185,12 @@ class Scheduler:
     def run(self, stop: threading.Event, *, tick_s: float = 0.5) -> None:
         log.info(
             "sparklog scheduler on %s: %s, checks every %g..%g s, at most %d jobs",
-            self.storage.root, self.spark_submit, self.min_s, self.max_s, self.max_jobs,
-        )  # fmt: skip
+            self.storage.root,
+            self.spark_submit,
+            self.min_s,
+            self.max_s,
+            self.max_jobs,
+        )
         try:
             while not stop.is_set():
                 self.tick()
@@ -248,8 +254,10 @@ class Scheduler:
             if outcome.held:
                 log.warning(
                     "topic %s partition %d is still over its limits after retention: %s",
-                    outcome.topic, outcome.partition, "; ".join(outcome.held),
-                )  # fmt: skip
+                    outcome.topic,
+                    outcome.partition,
+                    "; ".join(outcome.held),
+                )
             else:
                 log.info("topic %s partition %d is within its limits again", *key)
         if state:
@@ -278,9 +286,14 @@ class Scheduler:
 
     def command(self, topic: str, job: str) -> list[str]:
         return [
-            self.spark_submit, *self.spark_args, job, "--topic", topic,
-            "--data-dir", self.storage.root,
-        ]  # fmt: skip
+            self.spark_submit,
+            *self.spark_args,
+            job,
+            "--topic",
+            topic,
+            "--data-dir",
+            self.storage.root,
+        ]
 
     def _launch(self, topic: str, job: str) -> None:
         cmd = self.command(topic, job)
@@ -315,16 +328,24 @@ class Scheduler:
             if code == 0:
                 check.failures = 0
                 log.info("%s of topic %s done in %.1f s", r.job, topic, took)
-            elif code == EXIT_RETRY:
-                log.warning("%s of topic %s must be retried (exit 3); next check in %.0f s",
-                            r.job, topic, max(check.due - self._clock(), 0))  # fmt: skip
+            elif code == ExitCode.RETRY:
+                log.warning(
+                    "%s of topic %s must be retried (exit 3); next check in %.0f s",
+                    r.job,
+                    topic,
+                    max(check.due - self._clock(), 0),
+                )
             else:
                 check.failures += 1
                 check.due = self._clock() + self._backoff(check.failures, self._interval_or_max(r))
                 log.error(
                     "%s of topic %s failed (exit %d) after %.1f s; retrying in %.0f s",
-                    r.job, topic, code, took, check.due - self._clock(),
-                )  # fmt: skip
+                    r.job,
+                    topic,
+                    code,
+                    took,
+                    check.due - self._clock(),
+                )
 
     def _interval_or_max(self, r: _Running) -> float:
         try:
@@ -355,31 +376,3 @@ class Scheduler:
 def _signal_group(proc: subprocess.Popen[str], sig: signal.Signals) -> None:
     with contextlib.suppress(ProcessLookupError):
         os.killpg(proc.pid, sig)  # the job's own process group (start_new_session)
-
-
-def main(
-    data_dir: str,
-    *,
-    spark_submit: str | None,
-    spark_args: str,
-    min_interval_s: float,
-    max_interval_s: float,
-    max_jobs: int,
-) -> int:
-    """``sparklog scheduler``: run until SIGTERM or SIGINT."""
-    logging.basicConfig(
-        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
-    scheduler = Scheduler(
-        data_dir,
-        spark_submit=spark_submit,
-        spark_args=spark_args,
-        min_interval_s=min_interval_s,
-        max_interval_s=max_interval_s,
-        max_jobs=max_jobs,
-    )
-    stop = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
-    scheduler.run(stop)
-    return 0

@@ -1,37 +1,25 @@
-"""The export job: ``./spark-submit.sh export ...`` (``jobs/export.py`` only calls ``main``).
+"""The export run (``sparklog.cli.export`` is its command line).
 
 Prints a line per partition as it is planned (offsets, and how many lie in sealed
 segments read by Spark's Parquet reader), a line every 10 s of how far the write's Spark
-stages are (``sparklog.spark_jobs.reporting_progress``), a line per micro-batch of an
-incremental run, and a summary. Exit status: 0 done; 1 failed (one line says why); 2 bad arguments.
+stages are (``sparklog.spark_jobs.reporting_progress``), and a line per micro-batch of an
+incremental run; ``ExportResult.summary`` is the last line.
 """
 
 from __future__ import annotations
 
 import json
 import shutil
-import sys
 import time
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from sparklog.errors import (
-    ExportUsageError,
-    NoStorageError,
-    OffsetOutOfRangeError,
-    OptionError,
-    SparkLogError,
-    UnknownTopicError,
-)
 from sparklog.export import sinks, source
-from sparklog.export.options import ExportOptions, parse
-from sparklog.spark_jobs import describe_error, reporting_progress
+from sparklog.export.options import ExportOptions
+from sparklog.spark_jobs import reporting_progress
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
-
-EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
 
 @dataclass(frozen=True)
@@ -48,15 +36,20 @@ class ExportResult:
     records: int | None = None
 
     def summary(self, opts: ExportOptions) -> str:
-        read = (f"{self.records:,} records read" if self.records is not None
-                else f"{self.offsets:,} offsets read")  # fmt: skip
+        read = (
+            f"{self.records:,} records read"
+            if self.records is not None
+            else f"{self.offsets:,} offsets read"
+        )
         written = f"{self.rows:,} rows written" if self.rows is not None else "written"
         if opts.upsert and self.rows is not None:
             written += " (upsert: merged by key)"
         batches = f" in {self.batches} micro-batches" if opts.incremental else ""
         version = f", table version {self.version}" if self.version is not None else ""
-        return (f"export: done in {self.seconds:.1f} s: {read}{batches}, {written}: "
-                f"{opts.topic} to {opts.format} at {opts.out}{version}")  # fmt: skip
+        return (
+            f"export: done in {self.seconds:.1f} s: {read}{batches}, {written}: "
+            f"{opts.topic} to {opts.format} at {opts.out}{version}"
+        )
 
 
 def say(line: str) -> None:
@@ -84,9 +77,11 @@ def _export(
     for r in ranges:
         if r.count > 0:
             sealed = r.sealed_end - r.start if opts.reader == "native" else 0
-            progress(f"export {r.topic}-{r.partition}: offsets {r.start}..{r.end - 1} "
-                     f"({r.count:,} offsets; {sealed:,} from {len(r.files)} sealed segments "
-                     f"through Spark's Parquet reader)")  # fmt: skip
+            progress(
+                f"export {r.topic}-{r.partition}: offsets {r.start}..{r.end - 1} "
+                f"({r.count:,} offsets; {sealed:,} from {len(r.files)} sealed segments "
+                f"through Spark's Parquet reader)"
+            )
         else:
             progress(f"export {r.topic}-{r.partition}: nothing in range")
     df = source.read(spark, opts, ranges)
@@ -135,10 +130,12 @@ def _incremental(
             start, end = _offsets(src.get("startOffset")), _offsets(src.get("endOffset"))
             offsets += sum(e - start[k] for k, e in end.items() if k in start)
             span = ", ".join(
-                f"{opts.topic}-{k} {start[k]}..{e - 1}" if k in start else
-                f"{opts.topic}-{k} up to {e - 1}"
-                for k, e in sorted(end.items()) if k not in start or e > start[k]
-            )  # fmt: skip
+                f"{opts.topic}-{k} {start[k]}..{e - 1}"
+                if k in start
+                else f"{opts.topic}-{k} up to {e - 1}"
+                for k, e in sorted(end.items())
+                if k not in start or e > start[k]
+            )
             progress(f"export: micro-batch {p['batchId']}: {n:,} records ({span})")
         if finished:
             break
@@ -157,32 +154,3 @@ def _offsets(raw: Any) -> dict[int, int]:
     if not doc:
         return {}
     return {int(p): int(o) for parts in doc.values() for p, o in parts.items()}
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    try:
-        opts = parse(argv)
-    except ExportUsageError as e:
-        print(f"export: error: {e}", file=sys.stderr)
-        return EXIT_USAGE
-    except SystemExit as e:  # argparse: --help (0), or a malformed argument (2, printed)
-        return int(e.code or 0)
-    from pyspark.sql import SparkSession
-
-    spark = SparkSession.builder.appName(f"sparklog-export-{opts.topic}").getOrCreate()
-    try:
-        result = export(spark, opts)
-    except (ExportUsageError, OptionError, NoStorageError, UnknownTopicError) as e:
-        print(f"export: error: {e}", file=sys.stderr)
-        return EXIT_USAGE
-    except (SparkLogError, ValueError) as e:
-        kind = "data loss" if isinstance(e, OffsetOutOfRangeError) else type(e).__name__
-        print(f"export: FAILED ({kind}): {e}", file=sys.stderr)
-        return EXIT_FAILED
-    except Exception as e:
-        print(f"export: FAILED: {describe_error(e)}", file=sys.stderr)
-        return EXIT_FAILED
-    finally:
-        spark.stop()
-    say(result.summary(opts))
-    return EXIT_OK

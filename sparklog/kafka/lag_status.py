@@ -6,12 +6,13 @@ keeps; it reports them in ``/metrics`` (``sparklog_consumergroup_status``,
 ``sparklog_consumergroup_partition_status``). So ``sparklog groups describe`` finds the
 coordinator (FindCoordinator), asks it where it serves ``/metrics`` (DescribeConfigs of
 the broker, ``sparklog.metrics.url``), and reads the status there. A broker without
-``--metrics`` has none to give: the status is then unknown (None).
+``--metrics`` has none to give: the status is then unknown (None). What to do when the
+status cannot be read is the caller's (``sparklog groups describe`` leaves it unknown:
+``sparklog.cli.groups``).
 """
 
 from __future__ import annotations
 
-import logging
 import urllib.request
 from dataclasses import dataclass, field
 
@@ -20,8 +21,6 @@ from kio.schema.errors import ErrorCode
 from sparklog.kafka import admin
 from sparklog.kafka.client import KafkaClient
 from sparklog.kafka.wire import ApiKey
-
-log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -63,16 +62,16 @@ def parse(text: str, group: str) -> GroupStatus | None:
     return None if status is None else GroupStatus(status, partitions)
 
 
-def group_status(client: KafkaClient, group: str, timeout_s: float = 10.0) -> GroupStatus | None:
+def read_group_status(
+    client: KafkaClient, group: str, timeout_s: float = 10.0
+) -> GroupStatus | None:
     """The status of ``group`` from its coordinator's ``/metrics``; None if the
-    coordinator serves no metrics or cannot be reached (the module docstring)."""
-    try:
-        url = metrics_url(client, group)
-        if url is None:
-            return None
-        with urllib.request.urlopen(url, timeout=timeout_s) as resp:
-            text = resp.read().decode()
-        return parse(text, group)
-    except Exception as e:  # a status is extra: no DESCRIBE_CONFIGS, no route, a bad text
-        log.info("no lag status for group %s: %s", group, e)
+    coordinator serves no metrics or reports no status for the group. Raises what reading
+    them raises (the coordinator or its ``/metrics`` out of reach, a text that is not an
+    exposition)."""
+    url = metrics_url(client, group)
+    if url is None:
         return None
+    with urllib.request.urlopen(url, timeout=timeout_s) as resp:
+        text = resp.read().decode()
+    return parse(text, group)

@@ -7,7 +7,7 @@ import argparse
 import subprocess
 import sys
 
-from sparklog.cli import build_parser
+from sparklog.cli.command import build_parser
 
 
 def _commands(

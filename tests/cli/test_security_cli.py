@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from sparklog.cli import main
-from sparklog.cli_security import client_settings
+from sparklog.cli.arguments import client_settings
 from sparklog.security.store import CredentialStore
 from sparklog.storage import Storage
 

@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from sparklog.compaction import jobs
+from sparklog.cli.exits import ExitCode
 from sparklog.compaction.compactor import compact
 from sparklog.compaction.retention import apply_retention
 from sparklog.storage import Storage, crashpoints, names
@@ -42,7 +42,7 @@ PER_SEGMENT = 10
 #: point -> (job, expected exit status, partitions holding the new set afterwards)
 CASES: dict[str, tuple[str, int, tuple[int, ...]]] = {
     "retention.after_commit": ("retention", crashpoints.CRASH_EXIT_CODE, (0,)),
-    "compaction.after_segment_write": ("compaction", jobs.EXIT_FAILED, ()),
+    "compaction.after_segment_write": ("compaction", ExitCode.FAILED, ()),
     "compaction.after_write": ("compaction", crashpoints.CRASH_EXIT_CODE, ()),
     "compaction.after_commit": ("compaction", crashpoints.CRASH_EXIT_CODE, (0,)),
 }

@@ -56,7 +56,7 @@ def test_spark_submit_runs_the_retention_job_with_a_summary_per_partition(root: 
 def test_the_jobs_call_a_wrong_data_dir_by_its_name(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from sparklog.compaction.jobs import retention_main
+    from sparklog.cli.jobs import retention_main
 
     missing = str(tmp_path / "nope")
     assert retention_main(["--data-dir", missing]) == 2

@@ -10,7 +10,8 @@ import time
 
 import pytest
 
-from sparklog.compaction import jobs
+from sparklog.cli import jobs
+from sparklog.cli.exits import ExitCode
 from sparklog.compaction.retention import apply_retention
 from sparklog.errors import OffsetOutOfRangeError
 from sparklog.storage import Storage, checkpoints, crashpoints, names
@@ -170,7 +171,7 @@ def test_retention_job_prints_a_line_per_partition_and_a_summary(
 ) -> None:
     storage = _storage(root, retention_ms=str(90 * 60 * 1000))
     _three_segments(storage, now=int(time.time() * 1000))  # the job reads the clock itself
-    assert jobs.retention_main(["--topic", TOPIC, "--data-dir", root]) == jobs.EXIT_OK
+    assert jobs.retention_main(["--topic", TOPIC, "--data-dir", root]) == ExitCode.OK
     out = capsys.readouterr().out.splitlines()
     assert out[0].startswith(f"retention {TOPIC}-0: deleted 2 segments (20 records")
     assert out[-1].startswith("retention: done in ")
@@ -181,7 +182,7 @@ def test_retention_job_on_an_unknown_topic_exits_2_naming_it(
     root: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     _storage(root)
-    assert jobs.retention_main(["--topic", "nope", "--data-dir", root]) == jobs.EXIT_USAGE
+    assert jobs.retention_main(["--topic", "nope", "--data-dir", root]) == ExitCode.USAGE
     assert "'nope'" in capsys.readouterr().err
 
 
@@ -196,7 +197,7 @@ def test_retention_job_on_a_corrupt_manifest_fails_with_the_path(
         names.version_name(m.version + 1),
     )
     storage.fs.create_exclusive(path, b"{broken")
-    assert jobs.retention_main(["--data-dir", root]) == jobs.EXIT_FAILED
+    assert jobs.retention_main(["--data-dir", root]) == ExitCode.FAILED
     err = capsys.readouterr().err
     assert err.startswith("retention: FAILED: ")
     assert names.version_name(m.version + 1) in err
@@ -228,7 +229,7 @@ def test_retention_does_not_wait_for_the_sealer(
                 )
             before = manifest(storage)
             assert len(before.unsealed_rolled) > 12, "the sealer was not held back"
-            assert jobs.retention_main(["--topic", TOPIC, "--data-dir", root]) == jobs.EXIT_OK
+            assert jobs.retention_main(["--topic", TOPIC, "--data-dir", root]) == ExitCode.OK
             release.set()
             log.wait_sealed()
         after = log.refresh()

@@ -1,4 +1,4 @@
-"""The security commands of the ``sparklog`` command line, and how every command connects.
+"""``sparklog users`` and ``sparklog acls``: SCRAM users and Kafka ACLs.
 
     sparklog users add NAME --mechanism SCRAM-SHA-256|SCRAM-SHA-512 [--iterations N] TARGET
     sparklog users list TARGET
@@ -15,11 +15,8 @@ line of standard input. RESOURCE is ``--topic T``, ``--group G``, ``--cluster`` 
 ACL per resource, principal, host and operation (hosts default to ``*``, the operation to
 ``ALL``); ``remove`` deletes the ACLs matching those (with no principal: every ACL of the
 resources; with no operation: any operation); ``list`` shows the ACLs matching the
-resources and principals given (all of them when none is).
-
-``--command-config FILE`` is a Java properties file of Kafka client settings
-(``security.protocol``, ``sasl.mechanism``, ``sasl.jaas.config``,
-``ssl.truststore.location``...; see ``ClientSettings.from_options``), as Kafka's tools take.
+resources and principals given (all of them when none is). ``--command-config``:
+``sparklog.cli.arguments``.
 """
 
 from __future__ import annotations
@@ -27,50 +24,10 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
-from sparklog.kafka.client import ClientSettings, KafkaClient, parse_properties
-
-
-def client_settings(bootstrap: str, command_config: str | None = None) -> ClientSettings:
-    """Settings from ``--bootstrap-server`` and ``--command-config`` (errors name them)."""
-    options: dict[str, str] = {}
-    if command_config is not None:
-        try:
-            options = parse_properties(Path(command_config).read_text())
-        except OSError as e:
-            raise ValueError(f"--command-config: cannot read {command_config}: {e}") from None
-    options = {k: v for k, v in options.items() if k.lower() != "bootstrap.servers"}
-    options["bootstrap.servers"] = bootstrap
-    try:
-        return ClientSettings.from_options(options)
-    except ValueError as e:
-        where = "--bootstrap-server" if command_config is None else "--command-config"
-        raise ValueError(f"{where}: {e}") from None
-
-
-def add_command(sub: Any, name: str, text: str) -> argparse.ArgumentParser:
-    """A subcommand of ``sub`` whose line ``text`` shows in its parent's help and heads its
-    own (every ``sparklog`` command and action is made here)."""
-    p: argparse.ArgumentParser = sub.add_parser(
-        name, help=text, description=text[0].upper() + text[1:] + "."
-    )
-    return p
-
-
-def add_connection_arguments(p: argparse.ArgumentParser, *, required: bool) -> None:
-    p.add_argument("--bootstrap-server", required=required, help="HOST:PORT of a broker")
-    p.add_argument(
-        "--command-config",
-        metavar="FILE",
-        help="Kafka client settings (properties file): security.protocol, sasl.*, ssl.*",
-    )
-
-
-def connect(args: argparse.Namespace) -> KafkaClient:
-    return KafkaClient(client_settings(args.bootstrap_server, args.command_config))
-
+from sparklog.cli.arguments import add_command, add_connection_arguments, connect
+from sparklog.cli.exits import ExitCode
 
 # ---------------------------------------------------------------------------- users
 
@@ -104,9 +61,9 @@ def _users(args: argparse.Namespace) -> int:
             raise ValueError(f"user {args.name!r} has no {args.mechanism.upper()} credential")
         print(f"Deleted the {args.mechanism.upper()} credential of user {args.name}.")
     else:
-        _print_users({u: {m: c.iterations for m, c in creds.items()}
-                      for u, creds in store.users().items()})  # fmt: skip
-    return 0
+        found = store.users().items()
+        _print_users({u: {m: c.iterations for m, c in creds.items()} for u, creds in found})
+    return ExitCode.OK
 
 
 def _users_remote(args: argparse.Namespace) -> int:
@@ -115,15 +72,14 @@ def _users_remote(args: argparse.Namespace) -> int:
     with connect(args) as c:
         if args.action == "add":
             password = _read_password()
-            sa.upsert_user_scram_credential(c, args.name, args.mechanism, password,
-                                            args.iterations)  # fmt: skip
+            sa.upsert_user_scram_credential(c, args.name, args.mechanism, password, args.iterations)
             print(f"Set the {args.mechanism.upper()} credential of user {args.name}.")
         elif args.action == "delete":
             sa.delete_user_scram_credential(c, args.name, args.mechanism)
             print(f"Deleted the {args.mechanism.upper()} credential of user {args.name}.")
         else:
             _print_users(sa.describe_user_scram_credentials(c))
-    return 0
+    return ExitCode.OK
 
 
 def _print_users(users: dict[str, dict[str, int]]) -> None:
@@ -163,7 +119,7 @@ def _acls(args: argparse.Namespace) -> int:
         with connect(args) as c:
             found = {a for f in filters for a in sa.describe_acls(c, f)}
         _print_acls(sorted(found, key=str))
-        return 0
+        return ExitCode.OK
     if args.principal:
         raise ValueError(f"acls {args.action} takes --allow-principal/--deny-principal")
     if not resources:
@@ -188,7 +144,7 @@ def _acls(args: argparse.Namespace) -> int:
             sa.create_acls(c, acls)
         print(f"Added {len(acls)} ACL(s):")
         _print_acls(acls)
-        return 0
+        return ExitCode.OK
     ops = args.operation or ["ANY"]
     filters = [
         sa.Acl(rtype, name, pattern, principal, host, op.upper(), perm)
@@ -201,7 +157,7 @@ def _acls(args: argparse.Namespace) -> int:
         removed = sa.delete_acls(c, filters)
     print(f"Removed {len(removed)} ACL(s)" + (":" if removed else "."))
     _print_acls(removed)
-    return 0
+    return ExitCode.OK
 
 
 def _print_acls(acls: Sequence[Any]) -> None:
@@ -246,11 +202,19 @@ def add_parsers(sub: Any) -> None:
         u = add_command(usub, action, text)
         if action != "list":
             u.add_argument("name", help="the user")
-            u.add_argument("--mechanism", required=True, type=str.upper,
-                           choices=("SCRAM-SHA-256", "SCRAM-SHA-512"))  # fmt: skip
+            u.add_argument(
+                "--mechanism",
+                required=True,
+                type=str.upper,
+                choices=("SCRAM-SHA-256", "SCRAM-SHA-512"),
+            )
         if action == "add":
-            u.add_argument("--iterations", type=int, default=4096,
-                           help="SCRAM iterations (4096, Kafka's minimum)")  # fmt: skip
+            u.add_argument(
+                "--iterations",
+                type=int,
+                default=4096,
+                help="SCRAM iterations (4096, Kafka's minimum)",
+            )
         add_connection_arguments(u, required=False)
         u.add_argument("--data-dir", help="the storage root (offline use, no broker)")
         u.set_defaults(func=_users)
@@ -261,8 +225,13 @@ def add_parsers(sub: Any) -> None:
         add_connection_arguments(a, required=True)
         for flag, what in ACL_FLAGS.items():
             a.add_argument(flag, action="append", default=[], help=f"{what}, repeatable")
-        a.add_argument("--operation", action="append", default=[], type=str.upper,
-                       help="READ, WRITE, CREATE, DELETE, ALTER, DESCRIBE, ALL, ...")  # fmt: skip
+        a.add_argument(
+            "--operation",
+            action="append",
+            default=[],
+            type=str.upper,
+            help="READ, WRITE, CREATE, DELETE, ALTER, DESCRIBE, ALL, ...",
+        )
         a.add_argument("--cluster", action="store_true", help="the cluster resource")
         patterns = ["literal", "prefixed"] + (["any", "match"] if action != "add" else [])
         a.add_argument("--resource-pattern-type", type=str.lower, choices=patterns)

@@ -6,15 +6,17 @@
 
 Without ``--topic``, retention covers every topic and compaction every topic whose
 ``cleanup.policy`` has ``compact``. Both print a line per partition as they go and a last
-summary line. Exit status:
+summary line. Exit status (``sparklog.cli.exits``):
 
-    0  done: every partition compacted, skipped (not worth it), or retention applied
-    1  failed: the message says why; what is visible is the old or the new segment set
-    2  bad arguments or unknown topic
-    3  try again later: another compaction job holds the topic, or an input segment was
-       swapped out by another writer while the job ran (nothing of that partition committed)
+    OK (0)      done: every partition compacted, skipped (not worth it), or retention applied
+    FAILED (1)  the message says why; what is visible is the old or the new segment set
+    USAGE (2)   bad arguments or unknown topic
+    RETRY (3)   compaction only: another compaction job holds the topic, or an input
+                segment was swapped out by another writer while the job ran (nothing of
+                that partition committed)
 
-Retention starts no SparkSession (it reads no records); compaction does.
+Retention starts no SparkSession (it reads no records, ``sparklog.compaction.retention``);
+compaction does (``sparklog.compaction.compactor``).
 """
 
 from __future__ import annotations
@@ -23,13 +25,9 @@ import argparse
 import sys
 from collections.abc import Sequence
 
+from sparklog.cli.exits import ExitCode
 from sparklog.errors import CompactionRunningError, UnknownTopicError
 from sparklog.spark_jobs import describe_error
-
-EXIT_OK = 0
-EXIT_FAILED = 1
-EXIT_USAGE = 2
-EXIT_RETRY = 3
 
 
 def _parser(job: str) -> argparse.ArgumentParser:
@@ -57,10 +55,10 @@ def retention_main(argv: Sequence[str] | None = None) -> int:
         report = apply_retention(args.data_dir, args.topic or None, progress=_say)
     except (UnknownTopicError, ValueError) as e:
         print(f"retention: error: {e}", file=sys.stderr)
-        return EXIT_USAGE
+        return ExitCode.USAGE
     except Exception as e:
         print(f"retention: FAILED: {describe_error(e)}", file=sys.stderr)
-        return EXIT_FAILED
+        return ExitCode.FAILED
     deleted = sum(o.segments_deleted for o in report.outcomes)
     held = sum(1 for o in report.outcomes if o.held)
     _say(
@@ -68,7 +66,7 @@ def retention_main(argv: Sequence[str] | None = None) -> int:
         f"{deleted} segments deleted"
         + (f"; {held} partitions still hold what a limit wants gone (see above)" if held else "")
     )
-    return EXIT_OK
+    return ExitCode.OK
 
 
 def compaction_main(argv: Sequence[str] | None = None) -> int:
@@ -82,13 +80,13 @@ def compaction_main(argv: Sequence[str] | None = None) -> int:
         report = compact(spark, args.data_dir, args.topic or None, progress=_say)
     except (UnknownTopicError, ValueError) as e:
         print(f"compaction: error: {e}", file=sys.stderr)
-        return EXIT_USAGE
+        return ExitCode.USAGE
     except CompactionRunningError as e:
         print(f"compaction: try again later: {e}", file=sys.stderr)
-        return EXIT_RETRY
+        return ExitCode.RETRY
     except Exception as e:
         print(f"compaction: FAILED: {describe_error(e)}", file=sys.stderr)
-        return EXIT_FAILED
+        return ExitCode.FAILED
     finally:
         spark.stop()
     done = [o for o in report.outcomes if o.status == "compacted"]
@@ -103,5 +101,5 @@ def compaction_main(argv: Sequence[str] | None = None) -> int:
             + " changed while the job ran",
             file=sys.stderr,
         )
-        return EXIT_RETRY
-    return EXIT_OK
+        return ExitCode.RETRY
+    return ExitCode.OK

@@ -42,8 +42,15 @@ def offline(storage: Storage, name: str, progress: Progress) -> dict[str, Any]:
         try:
             view = reader.view()
         except SparkLogError:
-            parts.append({"partition": p, "log_start_offset": 0, "high_watermark": 0,
-                          "segments": 0, "bytes": 0})  # fmt: skip
+            parts.append(
+                {
+                    "partition": p,
+                    "log_start_offset": 0,
+                    "high_watermark": 0,
+                    "segments": 0,
+                    "bytes": 0,
+                }
+            )
             continue
         m = view.manifest
         parts.append(
@@ -86,8 +93,11 @@ def lines(doc: dict[str, Any]) -> list[str]:
     ``sparklog.kafka.admin.describe_topic``)."""
     parts = doc["partition_state"]
     configs = doc.get("non_default_configs", {})
-    head = [f"Topic: {doc['topic']}", f"TopicId: {kafka_uuid(doc['topic_id'])}",
-            f"PartitionCount: {doc['partitions']}"]  # fmt: skip
+    head = [
+        f"Topic: {doc['topic']}",
+        f"TopicId: {kafka_uuid(doc['topic_id'])}",
+        f"PartitionCount: {doc['partitions']}",
+    ]
     if parts and "replicas" in parts[0]:  # Kafka's: the first partition's replica count
         head.append(f"ReplicationFactor: {len(parts[0]['replicas'])}")
     head.append("Configs: " + ",".join(f"{k}={v}" for k, v in configs.items()))
@@ -96,10 +106,17 @@ def lines(doc: dict[str, Any]) -> list[str]:
         fields = [f"Topic: {doc['topic']}", f"Partition: {p['partition']}"]
         if "leader" in p:
             leader = p["leader"] if p["leader"] >= 0 else "none"
-            fields += [f"Leader: {leader}", f"Replicas: {_ids(p['replicas'])}",
-                       f"Isr: {_ids(p['isr'])}", "Elr: ", "LastKnownElr: "]  # fmt: skip
-        fields += [f"LogStartOffset: {p['log_start_offset']}",
-                   f"HighWatermark: {p['high_watermark']}"]  # fmt: skip
+            fields += [
+                f"Leader: {leader}",
+                f"Replicas: {_ids(p['replicas'])}",
+                f"Isr: {_ids(p['isr'])}",
+                "Elr: ",
+                "LastKnownElr: ",
+            ]
+        fields += [
+            f"LogStartOffset: {p['log_start_offset']}",
+            f"HighWatermark: {p['high_watermark']}",
+        ]
         if "segments" in p:
             fields += [f"Segments: {p['segments']}", f"Bytes: {p['bytes']}"]
         out.append("\t" + "\t".join(fields))
