@@ -30,8 +30,10 @@ def reporting_progress(
             for sid in sorted(tracker.getActiveStageIds() or []):
                 info = tracker.getStageInfo(sid)
                 if info is not None:
-                    parts.append(f"stage {sid}: {info.numCompletedTasks}/{info.numTasks} "
-                                 f"tasks ({info.numActiveTasks} running)")  # fmt: skip
+                    parts.append(
+                        f"stage {sid}: {info.numCompletedTasks}/{info.numTasks} "
+                        f"tasks ({info.numActiveTasks} running)"
+                    )
             if parts:
                 say(f"{label}: " + "; ".join(parts))
 

@@ -355,9 +355,14 @@ def _segs_by_group(job: _Job) -> list[list[SegmentTask]]:
 def _group_task(job: _Job, group: OutputGroup, gid: int) -> GroupTask:
     seg0 = job.segs[0]
     return GroupTask(
-        gid, seg0.root, job.meta.name, job.partition, group.name, group.base_offset,
+        gid,
+        seg0.root,
+        job.meta.name,
+        job.partition,
+        group.name,
+        group.base_offset,
         group.next_offset,
-    )  # fmt: skip
+    )
 
 
 def _commit(
@@ -375,9 +380,11 @@ def _commit(
         committed = job.store.commit(swap)
     except SegmentNotLiveError as e:
         return PartitionOutcome(
-            job.meta.name, job.partition, "conflict",
+            job.meta.name,
+            job.partition,
+            "conflict",
             f"{e}; nothing committed, the partition is compacted at the next run",
-        )  # fmt: skip
+        )
     crashpoints.hit("compaction.after_commit")
     return PartitionOutcome(
         job.meta.name,
@@ -437,12 +444,20 @@ def _record_runs(storage: Storage, topics: list[str], report: CompactionReport) 
     for topic in topics:
         mine = [o for o in report.outcomes if o.topic == topic]
         done = [o for o in mine if o.status == "compacted"]
-        jobruns.record(storage.fs, storage.root, jobruns.JobRun(
-            "compaction", topic, jobruns.now_ms(), report.seconds, len(mine),
-            sum(o.segments_before - o.segments_after for o in done),
-            sum(o.records_before - o.records_after for o in done),
-            sum(o.bytes_before - o.bytes_after for o in done),
-        ))  # fmt: skip
+        jobruns.record(
+            storage.fs,
+            storage.root,
+            jobruns.JobRun(
+                "compaction",
+                topic,
+                jobruns.now_ms(),
+                report.seconds,
+                len(mine),
+                sum(o.segments_before - o.segments_after for o in done),
+                sum(o.records_before - o.records_after for o in done),
+                sum(o.bytes_before - o.bytes_after for o in done),
+            ),
+        )
 
 
 def _run(
@@ -458,11 +473,19 @@ def _run(
         for s in job.plan.section:
             assert s.next_offset is not None
             t = SegmentTask(
-                len(tasks), part, root_uri, job.meta.name, job.partition, s.name, s.base_offset,
-                s.next_offset, job.plan.tombstones_below,
-                aborted=tuple(a for a in job.aborted if a[2] >= s.base_offset
-                              and a[1] < s.next_offset),
-            )  # fmt: skip
+                len(tasks),
+                part,
+                root_uri,
+                job.meta.name,
+                job.partition,
+                s.name,
+                s.base_offset,
+                s.next_offset,
+                job.plan.tombstones_below,
+                aborted=tuple(
+                    a for a in job.aborted if a[2] >= s.base_offset and a[1] < s.next_offset
+                ),
+            )
             tasks.append(t)
             job.segs.append(t)
         say(

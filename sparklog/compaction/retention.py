@@ -130,9 +130,18 @@ def apply_retention(
         for outcome in mine:
             say(outcome.line())
         outcomes += mine
-        jobruns.record(storage.fs, storage.root, jobruns.JobRun(
-            "retention", meta.name, jobruns.now_ms(), time.monotonic() - began, len(mine),
-            sum(o.segments_deleted for o in mine), sum(o.records_deleted for o in mine),
-            sum(o.bytes_deleted for o in mine),
-        ))  # fmt: skip
+        jobruns.record(
+            storage.fs,
+            storage.root,
+            jobruns.JobRun(
+                "retention",
+                meta.name,
+                jobruns.now_ms(),
+                time.monotonic() - began,
+                len(mine),
+                sum(o.segments_deleted for o in mine),
+                sum(o.records_deleted for o in mine),
+                sum(o.bytes_deleted for o in mine),
+            ),
+        )
     return RetentionReport(tuple(outcomes), time.monotonic() - t0)

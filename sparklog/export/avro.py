@@ -82,8 +82,14 @@ def wrapper_schema(writer_schema: str) -> str:
         {"name": "timestampType", "type": "int"},
         {"name": "value", "type": ["null", value]},
     ]
-    return json.dumps({"type": "record", "name": "SparklogExportRow",
-                       "namespace": "sparklog.export", "fields": fields})  # fmt: skip
+    return json.dumps(
+        {
+            "type": "record",
+            "name": "SparklogExportRow",
+            "namespace": "sparklog.export",
+            "fields": fields,
+        }
+    )
 
 
 def container(schema: str, datums: list[bytes]) -> bytes:
@@ -189,7 +195,13 @@ def decode_via_files(
 
     spark.dataSource.register(ContainerFileSink)
     cols = ["key", "topic", "partition", "offset", "timestamp", "timestampType", "value"]
-    (df.select(*cols).write.format(ContainerFileSink.name()).option("path", where)
-       .option("schema", schema).mode("append").save())  # fmt: skip
+    (
+        df.select(*cols)
+        .write.format(ContainerFileSink.name())
+        .option("path", where)
+        .option("schema", schema)
+        .mode("append")
+        .save()
+    )
     decoded: DataFrame = spark.read.format(AVRO_FORMAT).load(where)
     return decoded

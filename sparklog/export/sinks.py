@@ -162,8 +162,10 @@ def _txn_conf(spark: SparkSession, txn: tuple[str, int] | None) -> Iterator[None
     if txn is None:
         yield
         return
-    with (_conf(spark, "spark.databricks.delta.write.txnAppId", txn[0]),
-          _conf(spark, "spark.databricks.delta.write.txnVersion", str(txn[1]))):  # fmt: skip
+    with (
+        _conf(spark, "spark.databricks.delta.write.txnAppId", txn[0]),
+        _conf(spark, "spark.databricks.delta.write.txnVersion", str(txn[1])),
+    ):
         yield
 
 
@@ -218,13 +220,14 @@ def delta_upsert(
     values: dict[str, str | Column] = {f"`{c}`": f"s.`{c}`" for c in cols}
     with _txn_conf(spark, txn):
         (
-            DeltaTable.forPath(spark, out).alias("t")
+            DeltaTable.forPath(spark, out)
+            .alias("t")
             .merge(source.alias("s"), "t.key = s.key")
             .whenMatchedDelete(condition=f"s.`{DELETED}`")
             .whenMatchedUpdate(condition=f"NOT s.`{DELETED}`", set=values)
             .whenNotMatchedInsert(condition=f"NOT s.`{DELETED}`", values=values)
             .execute()
-        )  # fmt: skip
+        )
     return _committed(spark, out, before, "numSourceRows")
 
 
@@ -275,12 +278,16 @@ def foreach_batch_delta(
         else:
             w = delta_append(spark, decode(df), opts.out, (app, batch_id))
         if w.skipped:
-            say(f"export: micro-batch {batch_id} was committed before (table version "
-                f"{w.version}); skipped")  # fmt: skip
+            say(
+                f"export: micro-batch {batch_id} was committed before (table version "
+                f"{w.version}); skipped"
+            )
             return
         crashpoints.hit("export.after_commit")
         written.append(w.rows or 0)
-        say(f"export: micro-batch {batch_id}: {w.rows:,} rows committed as table version "
-            f"{w.version}")  # fmt: skip
+        say(
+            f"export: micro-batch {batch_id}: {w.rows:,} rows committed as table version "
+            f"{w.version}"
+        )
 
     return run

@@ -99,8 +99,11 @@ def plan(opts: ExportOptions) -> list[PartitionRange]:
         transactional = bool(view.txn.aborted or view.txn.open_first is not None) or has_index(
             view.fs, view.path
         )
-        out.append(PartitionRange(topic, p, start, end, max(sealed_end, start), tuple(files),
-                                  transactional, aborted))  # fmt: skip
+        out.append(
+            PartitionRange(
+                topic, p, start, end, max(sealed_end, start), tuple(files), transactional, aborted
+            )
+        )
     return out
 
 
@@ -204,8 +207,9 @@ def decode(
                     "--decode avro on an incremental export to files needs Spark's from_avro "
                     "(spark-avro on the classpath); use --format delta, or a one-off export"
                 )
-            df = avro.decode_via_files(spark, df, opts.schema, opts.data_dir,
-                                       scratch if scratch is not None else [])  # fmt: skip
+            df = avro.decode_via_files(
+                spark, df, opts.schema, opts.data_dir, scratch if scratch is not None else []
+            )
             if flagged:  # a tombstone decodes to a null value
                 df = df.withColumn(DELETED, F.col("value").isNull())
             parsed = F.col("value")
@@ -264,10 +268,15 @@ def _decode_registry(spark: SparkSession, df: DataFrame, opts: ExportOptions) ->
         )
     subject = opts.subject or f"{opts.topic}-value"
     try:
-        df = from_registry(df, "value", schema_registry_url=opts.registry_url,
-                           storage_path=opts.data_dir, subject=subject,
-                           version=opts.schema_version,
-                           schema_registry_ca_file=opts.registry_ca_file)  # fmt: skip
+        df = from_registry(
+            df,
+            "value",
+            schema_registry_url=opts.registry_url,
+            storage_path=opts.data_dir,
+            subject=subject,
+            version=opts.schema_version,
+            schema_registry_ca_file=opts.registry_ca_file,
+        )
     except (OptionError, SchemaRegistryError) as e:
         raise ExportUsageError(f"--decode registry: {e}") from None
     if not opts.include_headers:
@@ -290,8 +299,9 @@ def _quiet_query_context() -> Iterator[None]:
     before it raises; while checking a user's ``--schema`` the caller reports it itself."""
     from pyspark.logger import PySparkLogger
 
-    loggers = [PySparkLogger.getLogger(n) for n in
-               ("DataFrameQueryContextLogger", "SQLQueryContextLogger")]  # fmt: skip
+    loggers = [
+        PySparkLogger.getLogger(n) for n in ("DataFrameQueryContextLogger", "SQLQueryContextLogger")
+    ]
     before = [lg.disabled for lg in loggers]
     for lg in loggers:
         lg.disabled = True
