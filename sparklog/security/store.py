@@ -31,9 +31,9 @@ from typing import Any, Generic, TypeVar
 from sparklog.errors import CorruptMetadataError
 from sparklog.security.acls import AclBinding, AclFilter
 from sparklog.security.scram import ScramCredential
+from sparklog.storage import names
 from sparklog.storage.versioned import VersionedFiles
 
-SECURITY_DIR = "security"
 KEEP = 10
 FORMAT = 1
 T = TypeVar("T")
@@ -44,11 +44,15 @@ class _Document(Generic[T]):
     """The latest version of one versioned JSON document, parsed and cached."""
 
     def __init__(
-        self, storage: Any, name: str, parse: Callable[[dict[str, Any]], T],
-        dump: Callable[[T], dict[str, Any]], empty: Callable[[], T],
-    ) -> None:  # fmt: skip
+        self,
+        storage: Any,
+        name: str,
+        parse: Callable[[dict[str, Any]], T],
+        dump: Callable[[T], dict[str, Any]],
+        empty: Callable[[], T],
+    ) -> None:
         self.fs = storage.fs
-        self.files = VersionedFiles(storage.fs, storage.fs.join(storage.root, SECURITY_DIR, name))
+        self.files = VersionedFiles(storage.fs, names.security_dir(storage.root, name))
         self._parse, self._dump, self._empty = parse, dump, empty
         self._lock = threading.Lock()
         self._version = -1
@@ -183,11 +187,12 @@ class AclStore:
 
     def __init__(self, storage: Any) -> None:
         self._doc: _Document[tuple[AclBinding, ...]] = _Document(
-            storage, "acls",
+            storage,
+            "acls",
             lambda d: tuple(AclBinding.from_json(a) for a in d["acls"]),
             lambda acls: {"acls": [a.to_json() for a in acls]},
             tuple,
-        )  # fmt: skip
+        )
 
     def refresh(self) -> bool:
         return self._doc.refresh()

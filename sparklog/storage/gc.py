@@ -100,5 +100,5 @@ def collect_garbage(
         successor = by_version.get(versions[i + 1])
         if successor is None or now_ms - successor.committed_ms >= delete_delay_ms:
             store.files.delete(v)
-            report.deleted.append(f"manifest/{names.version_name(v)}")
+            report.deleted.append(names.manifest_file(v))
     return report

@@ -6,6 +6,8 @@ Layout under a storage root::
     <root>/owner.json                              who owns the root: embedded or a cluster
     <root>/.leases/<name>.lock                     other local leases
     <root>/producer-ids.json                       producer-id blocks reserved (broker)
+    <root>/cluster.json                            the cluster id (broker)
+    <root>/.export-tmp-<run>/                      an export's scratch files
     <root>/topics/<topic>/meta/<version>.json      topic metadata, versioned
     <root>/topics/<topic>/.compaction.lock         lease of a running compaction job
     <root>/topics/<topic>/<partition>/
@@ -19,6 +21,12 @@ Layout under a storage root::
         high-watermark.checkpoint, recovery-point.checkpoint, leader-epoch.json
         high-watermark.e00000000007.checkpoint     the high watermark of epoch 7's segments
         producer-state.json                        idempotent-producer snapshot
+        transactions.checkpoint                    readers' transaction index
+        transactions.e00000000007.checkpoint       the same, of epoch 7's segments
+    <root>/topic-defaults/<version>.json           dynamic topic defaults, versioned
+    <root>/topics/<topic>/jobs/<job>.json          the last run of a maintenance job
+    <root>/security/users/<version>.json           SCRAM credentials, versioned
+    <root>/security/acls/<version>.json            ACLs, versioned
 
 No other module formats or parses these strings (``segment_name(42)`` and
 ``parse_segment_name`` are a pair, as are the others).
@@ -41,6 +49,9 @@ SEALED_KIND: SegmentKind = "parquet"
 
 TOPICS_DIR = "topics"
 TOPIC_META_DIR = "meta"
+TOPIC_DEFAULTS_DIR = "topic-defaults"
+SECURITY_DIR = "security"
+SECURITY_DOCUMENTS = ("users", "acls")
 JOBS_DIR = "jobs"
 JOBS = ("retention", "compaction")
 MANIFEST_DIR = "manifest"
@@ -53,12 +64,18 @@ RECOVERY_POINT_FILE = "recovery-point.checkpoint"
 LEADER_EPOCH_FILE = "leader-epoch.json"
 PRODUCER_STATE_FILE = "producer-state.json"
 PRODUCER_IDS_FILE = "producer-ids.json"
+CLUSTER_FILE = "cluster.json"
+EXPORT_SCRATCH_PREFIX = ".export-tmp-"
+TXN_INDEX_FILE = "transactions.checkpoint"
 OFFSET_INDEX_SUFFIX = ".index"
 TIME_INDEX_SUFFIX = ".timeindex"
 TMP_PREFIX = ".tmp-"
 
 _SEGMENT_RE = re.compile(r"^(\d{20})(?:-e(\d{11}))?(?:\.(\d{5}))?\.(arrow|parquet)$")
 _HWM_EPOCH = "high-watermark.e{:011d}.checkpoint"
+_TXN_INDEX_PREFIX = "transactions."
+_TXN_INDEX_EPOCH = "transactions.e{:011d}.checkpoint"
+_TXN_INDEX_EPOCH_RE = re.compile(r"^transactions\.e(\d{11})\.checkpoint$")
 _VERSION_RE = re.compile(r"^(\d{20})\.json$")
 _LEASE_PART = re.compile(r"^[a-zA-Z0-9._-]+$")
 
@@ -143,12 +160,38 @@ def high_watermark_file(active_segment: str) -> str:
     return _HWM_EPOCH.format(parsed.epoch)
 
 
+def txn_index_file(active_segment: str) -> str:
+    """The readers' transaction index (``sparklog.storage.txnindex``) of the active segment
+    named ``active_segment``: one per leader epoch in cluster mode, as the high watermark."""
+    parsed = parse_segment_name(active_segment)
+    if parsed is None or parsed.epoch is None:
+        return TXN_INDEX_FILE
+    return _TXN_INDEX_EPOCH.format(parsed.epoch)
+
+
+def is_txn_index_file(name: str) -> bool:
+    """Whether ``name`` is a transaction index, shared or of one epoch."""
+    return name.startswith(_TXN_INDEX_PREFIX)
+
+
+def txn_index_epoch(name: str) -> int | None:
+    """The inverse of ``txn_index_file`` for an epoch's index: its leader epoch; None for
+    any other name (the shared index too)."""
+    m = _TXN_INDEX_EPOCH_RE.match(name)
+    return int(m.group(1)) if m else None
+
+
 def offset_index_name(segment: str) -> str:
     return segment + OFFSET_INDEX_SUFFIX
 
 
 def time_index_name(segment: str) -> str:
     return segment + TIME_INDEX_SUFFIX
+
+
+def segment_files(segment: str) -> tuple[str, str, str]:
+    """A segment file and its two indexes."""
+    return segment, offset_index_name(segment), time_index_name(segment)
 
 
 def index_owner(name: str) -> str | None:
@@ -188,6 +231,19 @@ def topic_meta_dir(root: str, topic: str) -> str:
     return f"{topic_dir(root, topic)}/{TOPIC_META_DIR}"
 
 
+def topic_defaults_dir(root: str) -> str:
+    """The versions of the dynamic topic defaults (``sparklog.storage.topics``)."""
+    return f"{root.rstrip('/')}/{TOPIC_DEFAULTS_DIR}"
+
+
+def security_dir(root: str, document: str) -> str:
+    """The versions of the security document ``document`` (``users`` or ``acls``,
+    ``sparklog.security.store``)."""
+    if document not in SECURITY_DOCUMENTS:
+        raise ValueError(f"unknown security document {document!r}: one of users, acls")
+    return f"{root.rstrip('/')}/{SECURITY_DIR}/{document}"
+
+
 def job_run_path(root: str, topic: str, job: str) -> str:
     """The last run of maintenance job ``job`` on ``topic`` (``sparklog.storage.jobruns``)."""
     if job not in JOBS:
@@ -220,3 +276,8 @@ def partition_dir(root: str, topic: str, partition: int) -> str:
 
 def manifest_dir(partition_path: str) -> str:
     return f"{partition_path}/{MANIFEST_DIR}"
+
+
+def manifest_file(version: int) -> str:
+    """Manifest version ``version`` relative to its partition directory."""
+    return f"{MANIFEST_DIR}/{version_name(version)}"

@@ -42,7 +42,6 @@ from sparklog.storage.versioned import VersionedFiles
 
 FORMAT = 1
 MAX_PARTITIONS = 10_000
-DEFAULTS_DIR = "topic-defaults"
 
 
 @dataclass(frozen=True)
@@ -129,7 +128,7 @@ class TopicStore:
     # ------------------------------------------------------------------ dynamic defaults
 
     def _defaults_files(self) -> VersionedFiles:
-        return VersionedFiles(self.fs, self.fs.join(self.root, DEFAULTS_DIR))
+        return VersionedFiles(self.fs, names.topic_defaults_dir(self.root))
 
     def defaults(self) -> dict[str, Any]:
         """The cluster-wide dynamic topic defaults (module docstring); {} when none."""
@@ -146,9 +145,13 @@ class TopicStore:
             raise CorruptMetadataError(f"{files.path(version)}: unreadable defaults: {e}") from e
 
     def set_defaults(
-        self, sets: Mapping[str, Any], deletes: Iterable[str] = (), *, replace: bool = False,
+        self,
+        sets: Mapping[str, Any],
+        deletes: Iterable[str] = (),
+        *,
+        replace: bool = False,
         validate_only: bool = False,
-    ) -> dict[str, Any]:  # fmt: skip
+    ) -> dict[str, Any]:
         """Change the dynamic defaults (checked like a topic's configs) as the next version;
         returns them."""
         for key in [*sets, *deletes]:
@@ -270,8 +273,9 @@ class TopicStore:
             current.pop(key, None)
         own = _typed({**current, **dict(configs or {})})
         config = TopicConfig.from_mapping({**self.defaults(), **own})
-        new = TopicMeta(meta.name, meta.topic_id, meta.partitions, config, meta.created_ms,
-                        explicit=own)  # fmt: skip
+        new = TopicMeta(
+            meta.name, meta.topic_id, meta.partitions, config, meta.created_ms, explicit=own
+        )
         return new if validate_only else self._commit_next(meta, new)
 
     def add_partitions(self, name: str, total: int) -> TopicMeta:

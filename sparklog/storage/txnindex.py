@@ -32,16 +32,6 @@ from sparklog.storage.control import CONTROL, any_transactional
 from sparklog.storage.fs import FileSystem
 from sparklog.storage.producers import AbortedTxn
 
-TXN_FILE = "transactions.checkpoint"
-_TXN_EPOCH = "transactions.e{:011d}.checkpoint"
-
-
-def txn_file(active_segment: str) -> str:
-    parsed = names.parse_segment_name(active_segment)
-    if parsed is None or parsed.epoch is None:
-        return TXN_FILE
-    return _TXN_EPOCH.format(parsed.epoch)
-
 
 @dataclass(frozen=True)
 class TxnIndex:
@@ -84,12 +74,13 @@ def read_txn_index(fs: FileSystem, partition_path: str, active_segment: str) -> 
     """The index for readers of the active segment ``active_segment``. A new leader writes
     its epoch's file before it serves; until then, the newest older epoch's file still
     tells the truth about every record it left (nothing new is decided meanwhile)."""
-    name = txn_file(active_segment)
-    if name != TXN_FILE and not fs.exists(fs.join(partition_path, name)):
+    name = names.txn_index_file(active_segment)
+    if name != names.TXN_INDEX_FILE and not fs.exists(fs.join(partition_path, name)):
         older = sorted(
-            n for n in fs.listdir(partition_path)
-            if n.startswith("transactions.e") and n < name
-        )  # fmt: skip
+            n
+            for n in fs.listdir(partition_path)
+            if names.txn_index_epoch(n) is not None and n < name
+        )
         name = older[-1] if older else name
     path = fs.join(partition_path, name)
     try:
@@ -100,13 +91,13 @@ def read_txn_index(fs: FileSystem, partition_path: str, active_segment: str) -> 
 
 def has_index(fs: FileSystem, partition_path: str) -> bool:
     """Whether a writer of the partition ever wrote a transaction index."""
-    return any(n.startswith("transactions.") for n in fs.listdir(partition_path))
+    return any(names.is_txn_index_file(n) for n in fs.listdir(partition_path))
 
 
 def write_txn_index(
     fs: FileSystem, partition_path: str, active_segment: str, idx: TxnIndex
 ) -> None:
-    fs.write_atomic(fs.join(partition_path, txn_file(active_segment)), idx.to_json())
+    fs.write_atomic(fs.join(partition_path, names.txn_index_file(active_segment)), idx.to_json())
 
 
 def visible(batch: pa.RecordBatch, txn: TxnIndex, *, committed: bool) -> pa.RecordBatch:
@@ -128,8 +119,9 @@ def visible(batch: pa.RecordBatch, txn: TxnIndex, *, committed: bool) -> pa.Reco
         for a in txn.aborted_between(first, last + 1):
             hit = pc.and_(
                 pc.equal(pids, a.producer_id),
-                pc.and_(pc.greater_equal(offsets, a.first_offset),
-                        pc.less_equal(offsets, a.last_offset)),
-            )  # fmt: skip
+                pc.and_(
+                    pc.greater_equal(offsets, a.first_offset), pc.less_equal(offsets, a.last_offset)
+                ),
+            )
             keep = pc.and_(keep, pc.invert(hit))
     return batch.filter(keep)

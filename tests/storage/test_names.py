@@ -74,3 +74,40 @@ def test_topic_paths_stay_under_the_root() -> None:
 def test_negative_partition_is_rejected() -> None:
     with pytest.raises(ValueError, match="partition"):
         names.partition_dir("/data", "t", -1)
+
+
+def test_transaction_index_name_follows_the_active_segments_epoch() -> None:
+    """As the high watermark: the shared name for an unnamed epoch, one per epoch else."""
+    assert names.txn_index_file(names.segment_name(0, kind="arrow")) == "transactions.checkpoint"
+    epoch_7 = names.txn_index_file(names.segment_name(0, kind="arrow", epoch=7))
+    assert epoch_7 == "transactions.e00000000007.checkpoint"
+
+
+def test_transaction_index_epoch_round_trips() -> None:
+    for epoch in (0, 7, 10**11 - 1):
+        name = names.txn_index_file(names.segment_name(5, kind="arrow", epoch=epoch))
+        assert names.txn_index_epoch(name) == epoch
+        assert names.is_txn_index_file(name)
+    assert names.txn_index_epoch(names.TXN_INDEX_FILE) is None
+    assert names.is_txn_index_file(names.TXN_INDEX_FILE)
+    assert not names.is_txn_index_file(names.HIGH_WATERMARK_FILE)
+
+
+def test_segment_files_are_the_segment_and_its_indexes() -> None:
+    seg = names.segment_name(42)
+    assert names.segment_files(seg) == (seg, f"{seg}.index", f"{seg}.timeindex")
+    assert {names.index_owner(n) for n in names.segment_files(seg)[1:]} == {seg}
+
+
+def test_root_level_directories() -> None:
+    assert names.topic_defaults_dir("/r/") == "/r/topic-defaults"
+    assert names.security_dir("/r", "users") == "/r/security/users"
+    assert names.security_dir("/r", "acls") == "/r/security/acls"
+    with pytest.raises(ValueError, match="unknown security document"):
+        names.security_dir("/r", "../x")
+
+
+def test_manifest_file_is_relative_to_the_partition() -> None:
+    name = names.manifest_file(3)
+    assert name == "manifest/00000000000000000003.json"
+    assert names.parse_version_name(name.rpartition("/")[2]) == 3

@@ -17,9 +17,8 @@ import uuid
 
 import pyarrow as pa
 
+from sparklog.storage import names
 from sparklog.storage.fs import FileSystem
-
-TMP_PREFIX = ".tmp-"
 
 
 class LocalAppendFile:
@@ -143,7 +142,7 @@ class LocalFileSystem(FileSystem):
             os.close(fd)
 
     def _write_tmp(self, path: str, data: bytes, *, sync: bool) -> str:
-        tmp = os.path.join(os.path.dirname(path), f"{TMP_PREFIX}{uuid.uuid4().hex}")
+        tmp = os.path.join(os.path.dirname(path), f"{names.TMP_PREFIX}{uuid.uuid4().hex}")
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         try:
             view = memoryview(data)
