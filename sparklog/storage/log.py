@@ -15,20 +15,9 @@ Roll (crash points in brackets; what ``open`` does after a crash there):
   2. commit ``Roll``: A rolled (its end and size), B active
      [roll.after_commit: A is sealed on open, B is the active segment]
   3. move the high watermark into B; snapshot the producer state (it covers A's end).
-Seal of a rolled segment A (``seal_pending``; after a roll triggered by ``append`` it runs on
-a background thread, ``roll()`` seals before returning):
-  0. skip A if the latest manifest no longer names it (retention dropped it: a rolled
-     segment is as deletable as a sealed one) or it lies wholly below the log start
-     offset (retention's to drop)           [seal.before_write: nothing written; the seal
-                                             is redone on open]
-  1. write ``A.parquet`` + indexes, fsynced         [seal.after_write: orphan, deleted on open,
-                                                     then the seal is redone]
-  2. commit ``Seal``: A.arrow replaced by A.parquet [seal.after_commit: A.arrow is garbage,
-                                                     deleted after file.delete.delay.ms]
-     If retention dropped A between 0 and 2, the commit is refused (``Seal`` replaces only a
-     live segment, so a dropped segment is never resurrected) and ``A.parquet``, which no
-     manifest ever named, is deleted       [seal.refused: the retention commit stands;
-                                             ``A.parquet`` is an orphan, deleted on open]
+Seal of a rolled segment A: ``sparklog.storage.sealing`` (the log's ``Sealer``; after a
+roll triggered by ``append`` it runs on a background thread, ``roll()`` seals before
+returning).
 Segment swaps of other processes (retention and compaction jobs commit ``DropSegments`` and
 ``Compact`` themselves) reach the log through ``refresh``.
 
@@ -67,25 +56,17 @@ from sparklog.storage.manifest import Manifest, ManifestStore, SegmentInfo
 from sparklog.storage.producers import ProducerBatch, ProducerStates, write_snapshot
 from sparklog.storage.reader import DEFAULT_MAX_BYTES, LogView
 from sparklog.storage.records import AppendResult, control_record, normalize, payload_bytes
-from sparklog.storage.sealed import (
-    ROW_GROUP_ROWS,
-    SealedSegment,
-)
-from sparklog.storage.sealing import SealingMixin
+from sparklog.storage.sealed import ROW_GROUP_ROWS, SealedSegment
+from sparklog.storage.sealing import Sealer
 
 log = logging.getLogger(__name__)
 crashpoints.register("roll.after_new_file", "roll.after_commit")
 
 ORPHAN_GRACE_MS = 3600 * 1000
 _IPC_OVERHEAD = 1024
-#: the stored columns producer-state recovery reads
-_PRODUCER_COLUMNS = ["offset", "key", "producer_id", "producer_epoch", "sequence", "attributes"]
 
 
-RecoveryReport = recovery.RecoveryReport
-
-
-class PartitionLog(SealingMixin, EpochsMixin):
+class PartitionLog(EpochsMixin):
     """See the module docstring. Create with ``PartitionLog.open``."""
 
     def __init__(
@@ -109,10 +90,8 @@ class PartitionLog(SealingMixin, EpochsMixin):
         self._manifest = found.manifest
         self._active = found.active
         self._clock = clock
-        self._row_group_rows = row_group_rows
         self._auto_seal = auto_seal
         self._lock = threading.RLock()
-        self._seal_lock = threading.Lock()
         active = found.active
         self._commit = GroupCommit(
             self._sync_step,
@@ -126,7 +105,15 @@ class PartitionLog(SealingMixin, EpochsMixin):
         self._fence = fence
         self._superseded: ForeignWriterError | None = None  # sparklog.storage.epochs
         self._sealed_cache: dict[str, SealedSegment] = {}
-        self._seals: list[Future[list[str]]] = []
+        self._sealer = Sealer(
+            fs,
+            path,
+            label,
+            row_group_rows=row_group_rows,
+            epoch=self._segment_epoch,
+            latest=self.refresh,
+            commit=self._commit_fenced,
+        )
         self._roll_fsyncs = 0
         self._closed = False
         self._txn_written = 0
@@ -163,12 +150,20 @@ class PartitionLog(SealingMixin, EpochsMixin):
         if leader_epoch is None:
             found = recovery.recover(fs, path, config, store, now_ms=now_ms, label=label)
         else:
-            found = recovery.take_over(fs, path, config, store, leader_epoch, now_ms=now_ms,
-                                       label=label)  # fmt: skip
+            found = recovery.take_over(
+                fs, path, config, store, leader_epoch, now_ms=now_ms, label=label
+            )
         plog = cls(
-            fs, path, label, config, found,
-            clock=clock, row_group_rows=row_group_rows, auto_seal=auto_seal, fence=fence,
-        )  # fmt: skip
+            fs,
+            path,
+            label,
+            config,
+            found,
+            clock=clock,
+            row_group_rows=row_group_rows,
+            auto_seal=auto_seal,
+            fence=fence,
+        )
         plog._write_hwm(plog._commit.durable)
         plog._write_recovery_point()
         plog._producers = recovery.producer_states(
@@ -176,14 +171,15 @@ class PartitionLog(SealingMixin, EpochsMixin):
             path,
             log_start_offset=plog.log_start_offset,
             high_watermark=plog.high_watermark,
-            batches=lambda start: plog.batches(start, columns=_PRODUCER_COLUMNS),
+            batches=lambda start, columns: plog.batches(start, columns=columns),
         )
         if plog._producers.txn_version or txnindex.has_index(fs, path):
             plog._write_txn_index(force=True)
         if leader_epoch is None:
             plog.recovery.resealed = plog.seal_pending()
         elif plog.manifest.unsealed_rolled and auto_seal:
-            plog._seal_in_background()  # a take-over serves before the frozen segment seals
+            # a take-over serves before the frozen segment seals
+            plog._sealer.seal_in_background()
         plog.collect_garbage()
         return plog
 
@@ -271,8 +267,14 @@ class PartitionLog(SealingMixin, EpochsMixin):
                 self._roll_locked(now)
                 rolled = True
             base = self._active.next_offset
-            batch = normalize(records, base_offset=base, now_ms=now, producer=producer,
-                              log_append_time=self.config.log_append_time, codec=codec)  # fmt: skip
+            batch = normalize(
+                records,
+                base_offset=base,
+                now_ms=now,
+                producer=producer,
+                log_append_time=self.config.log_append_time,
+                codec=codec,
+            )
             size = payload_bytes(batch)
             if size > self.config.max_message_bytes:
                 raise RecordTooLargeError(
@@ -294,7 +296,7 @@ class PartitionLog(SealingMixin, EpochsMixin):
         append_time = now if self.config.log_append_time else -1
         result = AppendResult(base, h.next_offset - 1, append_time, rolled=rolled)
         if rolled and self._auto_seal:
-            self._seal_in_background()
+            self._sealer.seal_in_background()
         if durable:
             self.wait_durable(h.next_offset)
         return result
@@ -412,6 +414,14 @@ class PartitionLog(SealingMixin, EpochsMixin):
 
     # ------------------------------------------------------------------ roll / seal
 
+    def seal_pending(self) -> list[str]:
+        """Seal every rolled segment into Parquet (``Sealer.seal_pending``)."""
+        return self._sealer.seal_pending()
+
+    def wait_sealed(self) -> None:
+        """Wait for background seals started so far (exceptions are re-raised)."""
+        self._sealer.wait()
+
     def roll(self) -> None:
         """Roll the active segment now (if it holds any record)."""
         with self._lock:
@@ -445,7 +455,7 @@ class PartitionLog(SealingMixin, EpochsMixin):
                 created_ms=self._manifest.active.created_ms,
             )
             active = SegmentInfo(new.name, new_base, None, created_ms=now_ms)
-            self._manifest = self._commit_fenced(transforms.Roll(rolled, active))
+            self._commit_fenced(transforms.Roll(rolled, active))
             crashpoints.hit("roll.after_commit")
             self._active = new
             old.close()
@@ -459,8 +469,12 @@ class PartitionLog(SealingMixin, EpochsMixin):
     # ------------------------------------------------------------------ manifest changes
 
     def _commit_fenced(self, transform: transforms.Transform) -> Manifest:
-        """Commit a writer's transform, refused once a newer leader epoch committed."""
-        return self._store.commit(transforms.Fenced(self._epoch, transform, self.label))
+        """Commit a writer's transform (the sealer's too), refused once a newer leader
+        epoch committed; the result becomes this log's manifest."""
+        with self._lock:
+            fenced = transforms.Fenced(self._epoch, transform, self.label)
+            self._manifest = self._store.commit(fenced)
+            return self._manifest
 
     def refresh(self) -> Manifest:
         """Pick up manifest versions committed by others (compaction, retention jobs).
@@ -489,7 +503,7 @@ class PartitionLog(SealingMixin, EpochsMixin):
                     f"{self.label}: cannot delete records before {before_offset}, above the "
                     f"high watermark {self.high_watermark}"
                 )
-            self._manifest = self._commit_fenced(transforms.DeleteRecords(before_offset))
+            self._commit_fenced(transforms.DeleteRecords(before_offset))
             self._producers.trim(self._manifest.log_start_offset)
             return self._manifest.log_start_offset
 
@@ -570,9 +584,7 @@ class PartitionLog(SealingMixin, EpochsMixin):
         if self._superseded is not None:
             self.abandon(self._superseded)
             return
-        with self._lock:
-            pending = list(self._seals)
-        for f in pending:  # outside _lock: a seal takes it to commit
+        for f in self._sealer.pending():  # outside _lock: a seal takes it to commit
             with contextlib.suppress(Exception):  # logged by the sealer; open() seals again
                 f.result()
         with self._lock:

@@ -48,6 +48,8 @@ from sparklog.storage.manifest import Manifest, ManifestStore, SegmentInfo
 from sparklog.storage.producers import ProducerStates, read_snapshot
 
 log = logging.getLogger(__name__)
+#: the stored columns producer-state recovery reads
+PRODUCER_COLUMNS = ["offset", "key", "producer_id", "producer_epoch", "sequence", "attributes"]
 
 
 @dataclass
@@ -113,7 +115,7 @@ def _delete_orphans(
                 named = _ever_named(store)
             orphan_seal = name not in named
         if orphan_arrow or orphan_seal:
-            for n in (name, names.offset_index_name(name), names.time_index_name(name)):
+            for n in names.segment_files(name):
                 fs.delete(fs.join(path, n))
             report.deleted_orphans.append(name)
 
@@ -220,8 +222,14 @@ def take_over(
     finally:
         old.close()
     _record_epoch(fs, path, epoch, end)
-    log.info("%s: taken over at leader epoch %d from offset %d (%s %s)", label, epoch, end,
-             old.name, "frozen" if frozen else "empty, dropped")  # fmt: skip
+    log.info(
+        "%s: taken over at leader epoch %d from offset %d (%s %s)",
+        label,
+        epoch,
+        end,
+        old.name,
+        "frozen" if frozen else "empty, dropped",
+    )
     return Recovered(store, manifest, new, found.report)
 
 
@@ -238,12 +246,12 @@ def producer_states(
     *,
     log_start_offset: int,
     high_watermark: int,
-    batches: Callable[[int], Iterator[pa.RecordBatch]],
+    batches: Callable[[int, list[str]], Iterator[pa.RecordBatch]],
 ) -> ProducerStates:
     """The partition's idempotent-producer state: the snapshot, then the records after it
-    (``batches(start)`` yields them) replayed."""
+    (``batches(start, PRODUCER_COLUMNS)`` yields them) replayed."""
     states = read_snapshot(fs, path) or ProducerStates()
     start = max(states.covered_offset, log_start_offset)
     if start < high_watermark:
-        states.replay(list(batches(start)))
+        states.replay(list(batches(start, PRODUCER_COLUMNS)))
     return states

@@ -1,16 +1,33 @@
-"""Sealing rolled segments into Parquet: the part of ``PartitionLog`` (``SealingMixin``)
-that runs the seal steps of ``sparklog.storage.log``'s module docstring, on the shared
-background sealer or when ``roll``/``open`` ask for it.
+"""Sealing rolled segments into Parquet: ``Sealer`` seals one partition's rolled segments,
+on the shared background sealer or when the log's ``roll``/``open`` ask for it.
 
-The mixin uses the log's own state: ``_lock`` (appends and the manifest), ``_seal_lock``
-(one seal at a time), ``_seals`` (background seals), ``_row_group_rows``,
-``_segment_epoch``, ``refresh`` and ``_commit_fenced``.
+Seal of a rolled segment A (crash points in brackets; what ``PartitionLog.open`` does after
+a crash there):
+  0. skip A if the latest manifest no longer names it (retention dropped it: a rolled
+     segment is as deletable as a sealed one) or it lies wholly below the log start
+     offset (retention's to drop)           [seal.before_write: nothing written; the seal
+                                             is redone on open]
+  1. write ``A.parquet`` + indexes, fsynced         [seal.after_write: orphan, deleted on open,
+                                                     then the seal is redone]
+  2. commit ``Seal``: A.arrow replaced by A.parquet [seal.after_commit: A.arrow is garbage,
+                                                     deleted after file.delete.delay.ms]
+     If retention dropped A between 0 and 2, the commit is refused (``Seal`` replaces only a
+     live segment, so a dropped segment is never resurrected) and ``A.parquet``, which no
+     manifest ever named, is deleted       [seal.refused: the retention commit stands;
+                                             ``A.parquet`` is an orphan, deleted on open]
+
+The log owns its ``Sealer`` and hands it everything it uses, explicitly: the partition's
+directory, the row-group size and the leader epoch that names new files, ``latest`` (the
+log's ``refresh``: the newest manifest) and ``commit`` (the log's fenced commit of a
+writer's transform, which also makes the result the log's manifest). The sealer keeps its
+own state: one seal at a time, and the background seals it started.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 from concurrent.futures import Future
 from typing import TYPE_CHECKING
 
@@ -26,66 +43,78 @@ log = logging.getLogger("sparklog.storage.log")
 crashpoints.register("seal.before_write", "seal.after_write", "seal.refused", "seal.after_commit")
 
 
-class SealingMixin:
-    """See the module docstring."""
+class Sealer:
+    """Seals one partition's rolled segments (see the module docstring). Thread-safe: seals
+    run one at a time; ``seal_in_background`` and ``wait`` may be called from any thread."""
 
-    fs: FileSystem
-    path: str
-    label: str
-    _lock: threading.RLock
-    _seal_lock: threading.Lock
-    _seals: list[Future[list[str]]]
-    _row_group_rows: int
-    _segment_epoch: int | None
-    _manifest: Manifest
+    def __init__(
+        self,
+        fs: FileSystem,
+        path: str,
+        label: str,
+        *,
+        row_group_rows: int,
+        epoch: int | None,
+        latest: Callable[[], Manifest],
+        commit: Callable[[transforms.Transform], Manifest],
+    ) -> None:
+        self._fs = fs
+        self._path = path
+        self._label = label
+        self._row_group_rows = row_group_rows
+        self._epoch = epoch
+        self._latest = latest
+        self._commit = commit
+        self._seal_lock = threading.Lock()  # one seal at a time
+        self._lock = threading.Lock()  # guards _seals
+        self._seals: list[Future[list[str]]] = []
 
-    def refresh(self) -> Manifest:  # pragma: no cover - PartitionLog's
-        raise NotImplementedError
+    def seal_in_background(self) -> None:
+        """Run ``seal_pending`` on the shared background sealer."""
 
-    def _commit_fenced(self, transform: transforms.Transform) -> Manifest:  # pragma: no cover
-        raise NotImplementedError
-
-    def _seal_in_background(self) -> None:
         def run() -> list[str]:
             try:
                 return self.seal_pending()
             except FileNotFoundError:
-                if self.fs.exists(self.path):
-                    log.exception("%s: sealing failed", self.label)
+                if self._fs.exists(self._path):
+                    log.exception("%s: sealing failed", self._label)
                     raise
                 # the partition's directory is gone (its topic was deleted): nothing to seal
-                log.info("%s: sealing abandoned: %s no longer exists", self.label, self.path)
+                log.info("%s: sealing abandoned: %s no longer exists", self._label, self._path)
                 return []
             except Exception:
                 # the segment stays rolled and readable as .arrow; the next roll or open
                 # seals it again
-                log.exception("%s: sealing failed", self.label)
+                log.exception("%s: sealing failed", self._label)
                 raise
 
         with self._lock:
             self._seals = [f for f in self._seals if not f.done()]
             self._seals.append(background_sealer().submit(run))
 
-    def wait_sealed(self) -> None:
-        """Wait for background seals started so far (exceptions are re-raised)."""
+    def pending(self) -> list[Future[list[str]]]:
+        """The background seals started so far."""
         with self._lock:
-            pending = list(self._seals)
-        for f in pending:
+            return list(self._seals)
+
+    def wait(self) -> None:
+        """Wait for background seals started so far (exceptions are re-raised)."""
+        for f in self.pending():
             f.result()
 
     def seal_pending(self) -> list[str]:
-        """Seal every rolled segment into Parquet (steps in the module docstring); returns
-        the names of the new files."""
+        """Seal every rolled segment into Parquet (the steps in the module
+        docstring); returns the names of the new files."""
         sealed = []
         with self._seal_lock:
-            for info in self.refresh().unsealed_rolled:
+            for info in self._latest().unsealed_rolled:
                 name = self._seal(info)
                 if name is not None:
                     sealed.append(name)
         return sealed
 
     def _still_to_seal(self, info: SegmentInfo) -> bool:
-        latest = self.refresh()
+        latest = self._latest()
         assert info.next_offset is not None
         return latest.find(info.name) is not None and info.next_offset > latest.log_start_offset
 
@@ -99,22 +128,21 @@ class SealingMixin:
                 s for s in m.segments[:-1] if s.next_offset is not None and s.next_offset <= start
             ]
 
-        with self._lock:
-            self._manifest = self._commit_fenced(transforms.DropSegments(below))
+        self._commit(transforms.DropSegments(below))
 
     def _seal(self, info: SegmentInfo) -> str | None:
         crashpoints.hit("seal.before_write")
         if not self._still_to_seal(info):
-            log.debug("%s: %s is below the log start: dropped, not sealed", self.label, info.name)
+            log.debug("%s: %s is below the log start: dropped, not sealed", self._label, info.name)
             self._drop_below_start()
             return None
         try:
             sealed = seal_rolled(
-                self.fs,
-                self.path,
+                self._fs,
+                self._path,
                 info,
                 row_group_rows=self._row_group_rows,
-                epoch=self._segment_epoch,
+                epoch=self._epoch,
             )
         except FileNotFoundError:
             if self._still_to_seal(info):
@@ -122,16 +150,18 @@ class SealingMixin:
             return None  # dropped, and its file collected, while it was being read
         crashpoints.hit("seal.after_write")
         try:
-            with self._lock:
-                self._manifest = self._commit_fenced(transforms.Seal(info.name, sealed))
+            self._commit(transforms.Seal(info.name, sealed))
         except SegmentNotLiveError:
             crashpoints.hit("seal.refused")
-            for n in (sealed.name, names.offset_index_name(sealed.name),
-                      names.time_index_name(sealed.name)):  # fmt: skip
-                self.fs.delete(self.fs.join(self.path, n))
-            self.refresh()
-            log.info("%s: %s was dropped by retention while it was being sealed; its "
-                     "Parquet file is deleted", self.label, info.name)  # fmt: skip
+            for n in names.segment_files(sealed.name):
+                self._fs.delete(self._fs.join(self._path, n))
+            self._latest()
+            log.info(
+                "%s: %s was dropped by retention while it was being sealed; its "
+                "Parquet file is deleted",
+                self._label,
+                info.name,
+            )
             return None
         crashpoints.hit("seal.after_commit")
         return sealed.name
