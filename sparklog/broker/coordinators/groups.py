@@ -29,10 +29,12 @@ heartbeat, SyncGroup and commit, and firing at that deadline (Kafka's heartbeat 
 member is removed and the group rebalances, unless it waits in a JoinGroup. A member id
 handed out with MEMBER_ID_REQUIRED that does not come back expires the same way.
 
-Offset commits are checked as Kafka checks them: a commit with generation -1 and no member
-id (a standalone client, a Spark query, an admin reset) is accepted only while the group
-has no members; otherwise the member must be known (UNKNOWN_MEMBER_ID) and the generation
-current (ILLEGAL_GENERATION), and commits during CompletingRebalance get
+Offset commits are checked as Kafka checks them (``ClassicGroup.validateOffsetCommit``): a
+commit with generation -1 (a standalone client, a Spark query, an admin reset, a consumer
+that left) is accepted while the group has no members, and one with no member id either is
+refused otherwise; any other commit must come from a known member (a static instance's old
+member id is FENCED_INSTANCE_ID, checked first; else UNKNOWN_MEMBER_ID) at the current
+generation (ILLEGAL_GENERATION), and commits during CompletingRebalance get
 REBALANCE_IN_PROGRESS. As in Kafka's classic protocol, ownership of the committed partition
 is not checked. Committed offsets live in
 ``sparklog.broker.coordinators.group_offsets.OffsetStore``. Refusals raise a
@@ -438,15 +440,23 @@ class GroupCoordinator:
         group = self.groups.get(group_id)
         if group is None or group.state == State.DEAD:
             raise UnknownMemberIdError(f"group {group_id!r} is unknown")
+        member = self._known_member(group, member_id, instance_id)
+        self._touch(group, member)
+        return group, member
+
+    @staticmethod
+    def _known_member(group: Group, member_id: str, instance_id: str | None) -> Member:
+        """``member_id`` of ``group``; the instance id is checked first, as Kafka's
+        ``validateMember`` does: an old member id of a static instance is fenced."""
         if instance_id is not None and group.static.get(instance_id, member_id) != member_id:
             raise FencedInstanceIdError(
-                f"group {group_id!r}: instance {instance_id!r} belongs to another member now"
+                f"group {group.group_id!r}: instance {instance_id!r} belongs to another "
+                "member now"
             )
         member = group.members.get(member_id)
         if member is None:
-            raise UnknownMemberIdError(f"group {group_id!r} has no member {member_id!r}")
-        self._touch(group, member)
-        return group, member
+            raise UnknownMemberIdError(f"group {group.group_id!r} has no member {member_id!r}")
+        return member
 
     def _check_generation(self, group: Group, generation: int, rebalancing: State) -> None:
         if generation != group.generation:
@@ -575,21 +585,18 @@ class GroupCoordinator:
         if not group_id:
             raise InvalidGroupIdError("group id is empty")
         group = self.groups.get(group_id)
-        if generation < 0 and not member_id:
-            if group is not None and group.members:
-                raise UnknownMemberIdError(
-                    f"group {group_id!r} has active members; a commit without a generation "
-                    "is allowed only while it is empty",
-                )
-            return
-        if group is None or member_id not in group.members:
+        if generation < 0 and (group is None or group.state == State.EMPTY):
+            return  # an admin client, or a consumer outside group management
+        if group is None:
             raise UnknownMemberIdError(f"group {group_id!r} has no member {member_id!r}")
-        if instance_id is not None and group.static.get(instance_id) != member_id:
-            raise FencedInstanceIdError(
-                f"group {group_id!r}: instance {instance_id!r} belongs to another member now"
+        if generation < 0 and not member_id and instance_id is None:
+            raise UnknownMemberIdError(
+                f"group {group_id!r} has active members; a commit without a generation "
+                "is allowed only while it is empty",
             )
+        member = self._known_member(group, member_id, instance_id)
         self._check_generation(group, generation, State.COMPLETING)
-        self._touch(group, group.members[member_id])
+        self._touch(group, member)
 
     def delete(self, group_id: str) -> None:
         group = self.groups.get(group_id)

@@ -727,6 +727,38 @@ def test_commit_without_generation_to_empty_group_is_accepted() -> None:
     run(scenario())
 
 
+def test_commit_without_generation_but_with_member_id_to_empty_group_is_accepted() -> None:
+    """Kafka's ``validateOffsetCommit`` accepts any commit with generation -1 while the
+    group is Empty, member id or not (a consumer that left its group and commits its
+    position on close)."""
+
+    async def scenario() -> None:
+        c = coordinator()
+        me = (await c.join(request()))["member_id"]
+        c.leave(GROUP, me, None)
+        c.check_commit(GROUP, me, None, -1)
+
+    run(scenario())
+
+
+def test_commit_of_replaced_static_member_is_fenced() -> None:
+    """Kafka's ``validateMember`` checks the instance id first: a commit from the old
+    member id of a static instance that rejoined as a newer member is FENCED_INSTANCE_ID
+    (fatal to the zombie), not UNKNOWN_MEMBER_ID (which would have it rejoin and fence the
+    newer member in turn)."""
+
+    async def scenario() -> None:
+        c = coordinator()
+        old = (await c.join(request(instance="i1")))["member_id"]
+        await c.sync(GROUP, old, "i1", 1, {old: b"A"})
+        await c.join(request(instance="i1"))
+        with pytest.raises(FencedInstanceIdError):
+            c.check_commit(GROUP, old, "i1", 1)
+        await c.stop()
+
+    run(scenario())
+
+
 def test_commit_without_generation_to_live_group_is_unknown_member() -> None:
     async def scenario() -> None:
         c = coordinator()
