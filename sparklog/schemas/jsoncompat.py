@@ -75,23 +75,37 @@ schemas incompatible.
 
 from __future__ import annotations
 
-import json
 import math
-import re
-from fractions import Fraction
-from typing import Any, TypeGuard
-from urllib.parse import unquote
+from typing import Any
 
 from sparklog.errors import SchemasTooComplexError
+from sparklog.schemas.jsonkeywords import (
+    ALL_TYPES,
+    Node,
+    as_dict,
+    as_list,
+    canonical,
+    divides,
+    escape,
+    is_false,
+    is_inert,
+    is_number,
+    item_slots,
+    limits,
+    property_slots,
+    resolve,
+    show,
+    show_types,
+    tightness,
+    tuple_schemas,
+    types_of,
+    value_issue,
+    value_type,
+)
 
-Node = dict[str, Any]
 Issue = tuple[str, str]  # (JSON pointer relative to the compared schema, message)
-_ALL = frozenset({"null", "boolean", "object", "array", "string", "number", "integer"})
 _MAX_ALTERNATIVES = 256
 _DEP_KWS = ("dependencies", "dependentRequired", "dependentSchemas")
-_KINDS = {bool: "boolean", int: "integer", str: "string", list: "array", dict: "object"}
-_INERT = {"$ref", "$schema", "$id", "id", "$comment", "title", "description", "definitions"}
-_INERT |= {"$defs", "default", "examples", "deprecated", "readOnly", "writeOnly"}
 
 
 def incompatibilities(reader: Any, writer: Any) -> list[str]:
@@ -102,188 +116,6 @@ def incompatibilities(reader: Any, writer: Any) -> list[str]:
     except (SchemasTooComplexError, RecursionError):  # over _MAX_ALTERNATIVES, or nested too deep
         return ["#: the schemas are too complex to compare (anyOf/oneOf alternatives, nesting)"]
     return [f"#{path}: {message}" for path, message in issues]
-
-
-def _dict(x: Any) -> dict[str, Any]:
-    return x if isinstance(x, dict) else {}
-
-
-def _list(x: Any) -> list[Any]:
-    return x if isinstance(x, list) else []
-
-
-def _num(x: Any) -> TypeGuard[int | float]:
-    return isinstance(x, int | float) and not isinstance(x, bool)
-
-
-def _fmt(x: Any) -> str:
-    return json.dumps(x, ensure_ascii=False, default=str)
-
-
-def _esc(name: str) -> str:
-    return name.replace("~", "~0").replace("/", "~1")
-
-
-def _canon(x: Any) -> str:
-    """JSON equality key: 1 == 1.0, but true != 1."""
-    if isinstance(x, list):
-        return "[" + ",".join(_canon(i) for i in x) + "]"
-    if isinstance(x, dict):
-        return "{" + ",".join(f"{_fmt(k)}:{_canon(v)}" for k, v in sorted(x.items())) + "}"
-    return _fmt(int(x) if isinstance(x, float) and x.is_integer() else x)
-
-
-def _value_type(v: Any) -> str:
-    if isinstance(v, float):
-        return "integer" if v.is_integer() else "number"
-    return _KINDS.get(type(v), "null")
-
-
-def _types(d: Node) -> frozenset[str] | None:
-    """The JSON types ``d`` allows (``number`` includes ``integer``), None: any."""
-    t = d.get("type")
-    if t is None:
-        return None
-    names = {t} if isinstance(t, str) else set(_list(t))
-    if not names <= _ALL:
-        return None  # an unknown type name: the keyword is ignored
-    return frozenset(names | ({"integer"} if "number" in names else set()))
-
-
-def _show_types(types: frozenset[str]) -> str:
-    if types == _ALL:
-        return "any"
-    names = sorted(types - {"integer"} if "number" in types else types)
-    return names[0] if len(names) == 1 else "[" + ", ".join(names) + "]"
-
-
-def _matches(pattern: str, text: str) -> bool:
-    try:
-        return re.search(pattern, text) is not None
-    except re.error:
-        return False
-
-
-def _resolve(root: Any, ref: Any) -> tuple[bool, Any]:
-    """A local ``$ref`` (``#`` or ``#/json/pointer``) in ``root``: (found, target)."""
-    if not isinstance(ref, str) or not ref.startswith("#"):
-        return False, None
-    pointer = unquote(ref[1:])
-    if not pointer:
-        return True, root
-    if not pointer.startswith("/"):
-        return False, None  # a named anchor
-    node = root
-    for raw in pointer[1:].split("/"):
-        part = raw.replace("~1", "/").replace("~0", "~")
-        if isinstance(node, dict) and part in node:
-            node = node[part]
-        elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
-            node = node[int(part)]
-        else:
-            return False, None
-    return True, node
-
-
-def _inert(d: Any, root: Any) -> bool:
-    """Only annotations and a resolvable ``$ref``: it adds no constraint of its own."""
-    return isinstance(d, dict) and d.keys() <= _INERT and _resolve(root, d.get("$ref", "#"))[0]
-
-
-def _is_false(schema: Any, root: Any) -> bool:
-    for _ in range(32):  # follows a chain of bare $refs, cycles included
-        if not isinstance(schema, dict) or set(schema) != {"$ref"}:
-            break
-        found, schema = _resolve(root, schema["$ref"])
-        if not found:
-            return False
-    return schema is False
-
-
-def _limits(d: Node, lower: bool) -> list[tuple[float, bool, str]]:
-    """(bound, exclusive, keyword) of ``d``'s lower or upper numeric bounds (draft 4 too)."""
-    kw, ekw = ("minimum", "exclusiveMinimum") if lower else ("maximum", "exclusiveMaximum")
-    out: list[tuple[float, bool, str]] = []
-    if _num(d.get(kw)):
-        out.append((d[kw], d.get(ekw) is True, kw))
-    if _num(d.get(ekw)):
-        out.append((d[ekw], True, ekw))
-    return out
-
-
-def _tightness(v: float, exclusive: bool, lower: bool, integer: bool) -> tuple[float, bool]:
-    """A key that grows as the bound gets tighter (integer data: exclusive bounds inclusive)."""
-    if integer and exclusive:
-        v, exclusive = (math.floor(v) + 1 if lower else math.ceil(v) - 1), False
-    elif integer:
-        v = math.ceil(v) if lower else math.floor(v)
-    return (v if lower else -v, exclusive)
-
-
-def _divides(k: Any, w: Any) -> bool:
-    """Is every multiple of ``w`` a multiple of ``k``?"""
-    try:
-        return Fraction(str(w)) % Fraction(str(k)) == 0
-    except (ValueError, ZeroDivisionError):
-        return False
-
-
-def _value_issue(d: Node, v: Any) -> str | None:
-    """The keyword of ``d`` (enum, const, string and number keywords) that rejects ``v``."""
-    if "const" in d and _canon(d["const"]) != _canon(v):
-        return "const"
-    if isinstance(d.get("enum"), list) and _canon(v) not in {_canon(x) for x in d["enum"]}:
-        return "enum"
-    if isinstance(v, str):
-        if _num(d.get("minLength")) and len(v) < d["minLength"]:
-            return "minLength"
-        if _num(d.get("maxLength")) and len(v) > d["maxLength"]:
-            return "maxLength"
-        if isinstance(d.get("pattern"), str) and not _matches(d["pattern"], v):
-            return "pattern"
-    if _num(v):
-        for lower in (True, False):
-            for bound, exclusive, kw in _limits(d, lower):
-                if (v < bound if lower else v > bound) or (exclusive and v == bound):
-                    return kw
-        if _num(d.get("multipleOf")) and d["multipleOf"] > 0 and not _divides(d["multipleOf"], v):
-            return "multipleOf"
-    return None
-
-
-def _slots(ds: tuple[Any, ...], kind: str, name: str = "") -> list[Any]:
-    """The schemas the conjuncts ``ds`` apply to a property: ``kind`` "name" (property
-    ``name``), "pattern" (a name matching the regex ``name`` only), "other" (any other name)."""
-    out: list[Any] = []
-    for d in ds:
-        props, pats = _dict(d.get("properties")), _dict(d.get("patternProperties"))
-        found = [props[name]] if kind == "name" and name in props else []
-        for p, s in pats.items():
-            if (kind == "pattern" and p == name) or (kind == "name" and _matches(p, name)):
-                found.append(s)
-        if not found and "additionalProperties" in d:
-            found = [d["additionalProperties"]]
-        out += found
-    return out
-
-
-def _tuple(d: Node) -> tuple[list[Any], Any]:
-    """(schemas of the first positions, schema of the rest or None) of an array schema."""
-    if isinstance(d.get("prefixItems"), list):
-        return d["prefixItems"], d.get("items")
-    if isinstance(d.get("items"), list):
-        return d["items"], d.get("additionalItems")
-    return [], d.get("items")
-
-
-def _item_slots(ds: tuple[Any, ...], index: int | None) -> list[Any]:
-    """The schemas the conjuncts ``ds`` apply at an array position (None: past the tuples)."""
-    pairs = [_tuple(d) for d in ds]
-    return [
-        pre[index] if index is not None and index < len(pre) else rest
-        for pre, rest in pairs
-        if (index is not None and index < len(pre)) or rest is not None
-    ]
 
 
 def _under(path: str, issues: list[Issue]) -> list[Issue]:
@@ -322,10 +154,10 @@ class _Checker:
         stack |= {id(w)}
         alts: list[tuple[Node, ...]] = [(w,)]
         if "$ref" in w:
-            found, target = _resolve(self.wroot, w["$ref"])
+            found, target = resolve(self.wroot, w["$ref"])
             if found:
                 alts = self._product(alts, self._expand(target, stack))
-        for member in _list(w.get("allOf")):
+        for member in as_list(w.get("allOf")):
             alts = self._product(alts, self._expand(member, stack))
         for kw in ("anyOf", "oneOf"):
             if isinstance(w.get(kw), list):
@@ -342,10 +174,10 @@ class _Checker:
     def cmp_alt(self, r: Any, wa: tuple[Node, ...]) -> list[Issue]:
         """Does ``r`` accept every value valid under all of the conjuncts ``wa``?"""
         for _ in range(32):  # {"$ref": ...} alone: compare its target (catches cycles sooner)
-            if not (_inert(r, self.rroot) and "$ref" in r):
+            if not (is_inert(r, self.rroot) and "$ref" in r):
                 break
-            r = _resolve(self.rroot, r["$ref"])[1]
-        key = (id(r), frozenset(id(d) for d in wa if not _inert(d, self.wroot)))
+            r = resolve(self.rroot, r["$ref"])[1]
+        key = (id(r), frozenset(id(d) for d in wa if not is_inert(d, self.wroot)))
         if key in self.memo:
             return self.memo[key]
         if key in self.active:  # a $ref cycle: assume compatible (checked on the way in)
@@ -371,15 +203,15 @@ class _Checker:
             return [("", "the reader's schema is false: it rejects everything the writer allows")]
         out = self._core(r, wa, wtypes, values)
         if "$ref" in r:
-            found, target = _resolve(self.rroot, r["$ref"])
+            found, target = resolve(self.rroot, r["$ref"])
             if found:
                 out += self.cmp_alt(target, wa)
             elif not any(d.get("$ref") == r["$ref"] for d in wa):
-                out.append(("", f"cannot resolve $ref {_fmt(r['$ref'])}"))
-        for member in _list(r.get("allOf")):
+                out.append(("", f"cannot resolve $ref {show(r['$ref'])}"))
+        for member in as_list(r.get("allOf")):
             out += self.cmp_alt(member, wa)
         for kw in ("anyOf", "oneOf"):
-            results = [self.cmp_alt(b, wa) for b in _list(r.get(kw))]
+            results = [self.cmp_alt(b, wa) for b in as_list(r.get(kw))]
             if not results or not all(results):
                 continue  # no such keyword, or a branch accepts the writer's data
             if len(results) == 1:
@@ -387,28 +219,33 @@ class _Checker:
                 continue
             i = min(range(len(results)), key=lambda j: len(results[j]))
             path, message = results[i][0]
-            out.append(("", f"no branch of the reader's {kw} accepts all the writer's data "
-                            f"(closest: {kw}/{i}, #{path}: {message})"))  # fmt: skip
+            out.append(
+                (
+                    "",
+                    f"no branch of the reader's {kw} accepts all the writer's data "
+                    f"(closest: {kw}/{i}, #{path}: {message})",
+                )
+            )
         return out
 
     def _domain(self, wa: tuple[Node, ...]) -> tuple[frozenset[str], list[Any] | None]:
         """The writer's possible types and, when finite, its possible values."""
-        types = _ALL
+        types = ALL_TYPES
         values: list[Any] | None = None
         for d in wa:
-            t = _types(d)
+            t = types_of(d)
             if t is not None:
                 types &= t
             if "const" in d or isinstance(d.get("enum"), list):
                 vs = [d["const"]] if "const" in d else d["enum"]
-                keys = {_canon(v) for v in vs}
-                values = vs if values is None else [v for v in values if _canon(v) in keys]
+                keys = {canonical(v) for v in vs}
+                values = vs if values is None else [v for v in values if canonical(v) in keys]
         if values is None and types and types <= {"null", "boolean"}:
-            values = [v for v in (None, True, False) if _value_type(v) in types]
+            values = [v for v in (None, True, False) if value_type(v) in types]
         if values is not None:
-            values = [v for v in values if all(_value_issue(d, v) is None for d in wa)]
-            values = [v for v in values if _value_type(v) in types]
-            types = frozenset(_value_type(v) for v in values)
+            values = [v for v in values if all(value_issue(d, v) is None for d in wa)]
+            values = [v for v in values if value_type(v) in types]
+            types = frozenset(value_type(v) for v in values)
         return types, values
 
     def _core(
@@ -416,30 +253,30 @@ class _Checker:
     ) -> list[Issue]:
         """The keywords of the reader schema object ``c`` itself (not its combinators)."""
         out: list[Issue] = []
-        rtypes = _types(c)
+        rtypes = types_of(c)
         live = wtypes if rtypes is None else wtypes & rtypes
         if rtypes is not None and not wtypes <= rtypes:
             verb = "narrowed" if live else "changed"
-            out.append(("", f"type {verb} from {_show_types(wtypes)} to {_show_types(rtypes)}"))
+            out.append(("", f"type {verb} from {show_types(wtypes)} to {show_types(rtypes)}"))
         if values is not None:
             rejected: dict[str, list[Any]] = {}
             for v in values:
-                kw = _value_issue(c, v) if _value_type(v) in live else None
+                kw = value_issue(c, v) if value_type(v) in live else None
                 if kw:
                     rejected.setdefault(kw, []).append(v)
             for kw, vs in rejected.items():
-                shown = ", ".join(_fmt(v) for v in vs)
+                shown = ", ".join(show(v) for v in vs)
                 if kw == "enum":
                     out.append(("", f"enum narrowed: the reader does not accept {shown}"))
                 elif kw == "const":
-                    out.append(("", f"const changed to {_fmt(c['const'])}: rejects {shown}"))
+                    out.append(("", f"const changed to {show(c['const'])}: rejects {shown}"))
                 else:
-                    out.append(("", f"{kw} {_fmt(c[kw])} rejects the writer's value {shown}"))
+                    out.append(("", f"{kw} {show(c[kw])} rejects the writer's value {shown}"))
         else:
             if "const" in c:
-                out.append(("", f"const added: the reader only accepts {_fmt(c['const'])}"))
+                out.append(("", f"const added: the reader only accepts {show(c['const'])}"))
             elif isinstance(c.get("enum"), list):
-                out.append(("", f"enum added: the reader only accepts {_fmt(c['enum'])}"))
+                out.append(("", f"enum added: the reader only accepts {show(c['enum'])}"))
             if "string" in live:
                 out += self._string(c, wa)
             if live & {"number", "integer"}:
@@ -458,53 +295,58 @@ class _Checker:
             if isinstance(c.get(kw), str):
                 theirs = [d[kw] for d in wa if isinstance(d.get(kw), str)]
                 if c[kw] not in theirs:
-                    was = f"changed from {_fmt(theirs[0])} to" if theirs else "added:"
-                    out.append(("", f"{kw} {was} {_fmt(c[kw])}"))
+                    was = f"changed from {show(theirs[0])} to" if theirs else "added:"
+                    out.append(("", f"{kw} {was} {show(c[kw])}"))
         return out
 
     def _number(self, c: Node, wa: tuple[Node, ...], integer: bool) -> list[Issue]:
         out: list[Issue] = []
         for lower in (True, False):
-            theirs = [b for d in wa for b in _limits(d, lower)]
-            best = max(theirs, key=lambda b: _tightness(b[0], b[1], lower, integer), default=None)
-            for bound, exclusive, kw in _limits(c, lower):
-                need = _tightness(bound, exclusive, lower, integer)
-                if best is not None and _tightness(best[0], best[1], lower, integer) >= need:
+            theirs = [b for d in wa for b in limits(d, lower)]
+            best = max(theirs, key=lambda b: tightness(b[0], b[1], lower, integer), default=None)
+            for bound, exclusive, kw in limits(c, lower):
+                need = tightness(bound, exclusive, lower, integer)
+                if best is not None and tightness(best[0], best[1], lower, integer) >= need:
                     continue
                 if best is None:
-                    out.append(("", f"{kw} added: {_fmt(bound)}"))
+                    out.append(("", f"{kw} added: {show(bound)}"))
                 elif best[2] == kw:
                     verb = "increased" if lower else "decreased"
-                    out.append(("", f"{kw} {verb} from {_fmt(best[0])} to {_fmt(bound)}"))
+                    out.append(("", f"{kw} {verb} from {show(best[0])} to {show(bound)}"))
                 else:
-                    out.append(("", f"{kw} {_fmt(bound)} is stricter than the writer's "
-                                    f"{best[2]} {_fmt(best[0])}"))  # fmt: skip
+                    out.append(
+                        (
+                            "",
+                            f"{kw} {show(bound)} is stricter than the writer's "
+                            f"{best[2]} {show(best[0])}",
+                        )
+                    )
         k = c.get("multipleOf")
-        if _num(k) and k > 0:
-            theirs = [d["multipleOf"] for d in wa if _num(d.get("multipleOf"))]
-            if not any(_divides(k, w) for w in [*theirs, *([1] if integer else [])]):
-                was = f"changed from {_fmt(theirs[0])} to" if theirs else "added:"
-                out.append(("", f"multipleOf {was} {_fmt(k)}"))
+        if is_number(k) and k > 0:
+            theirs = [d["multipleOf"] for d in wa if is_number(d.get("multipleOf"))]
+            if not any(divides(k, w) for w in [*theirs, *([1] if integer else [])]):
+                was = f"changed from {show(theirs[0])} to" if theirs else "added:"
+                out.append(("", f"multipleOf {was} {show(k)}"))
         return out
 
     def _counts(self, c: Node, wa: tuple[Node, ...], low: str, high: str) -> list[Issue]:
         """Integer lower (default 0) and upper (default none) bounds: lengths, sizes."""
         out: list[Issue] = []
         for kw, sign in ((low, 1), (high, -1)):
-            mine, theirs = c.get(kw), [sign * d[kw] for d in wa if _num(d.get(kw))]
-            if _num(mine) and max(theirs, default=0 if sign > 0 else -math.inf) < sign * mine:
+            mine, theirs = c.get(kw), [sign * d[kw] for d in wa if is_number(d.get(kw))]
+            if is_number(mine) and max(theirs, default=0 if sign > 0 else -math.inf) < sign * mine:
                 verb = "increased" if sign > 0 else "decreased"
-                change = f"{verb} from {_fmt(sign * max(theirs))} to" if theirs else "added:"
-                out.append(("", f"{kw} {change} {_fmt(mine)}"))
+                change = f"{verb} from {show(sign * max(theirs))} to" if theirs else "added:"
+                out.append(("", f"{kw} {change} {show(mine)}"))
         return out
 
     def _slot(
         self, path: str, rs: list[Any], ws: list[Any], what: str, new: str = ""
     ) -> list[Issue]:
         """Reader schemas ``rs`` against writer schemas ``ws`` (all apply) for one place."""
-        if not rs or any(_is_false(s, self.wroot) for s in ws):
+        if not rs or any(is_false(s, self.wroot) for s in ws):
             return []  # the reader is open there, or the writer never has a value there
-        if any(_is_false(s, self.rroot) for s in rs):
+        if any(is_false(s, self.rroot) for s in rs):
             return [(path, f"{what} removed from closed content model")]
         if not ws:
             opened = f"{new or what} added to open content model: the writer allowed any value"
@@ -513,40 +355,40 @@ class _Checker:
 
     def _object(self, c: Node, wa: tuple[Node, ...]) -> list[Issue]:
         out: list[Issue] = []
-        mine = _dict(c.get("properties"))
-        theirs = {p for d in wa for p in _dict(d.get("properties"))}
+        mine = as_dict(c.get("properties"))
+        theirs = {p for d in wa for p in as_dict(d.get("properties"))}
         for p in dict.fromkeys([*mine, *sorted(theirs)]):
-            rs, ws = _slots((c,), "name", p), _slots(wa, "name", p)
-            out += self._slot(f"/properties/{_esc(p)}", rs, ws, "property")
-        patterns = [*_dict(c.get("patternProperties"))]
-        patterns += sorted({p for d in wa for p in _dict(d.get("patternProperties"))})
+            rs, ws = property_slots((c,), "name", p), property_slots(wa, "name", p)
+            out += self._slot(f"/properties/{escape(p)}", rs, ws, "property")
+        patterns = [*as_dict(c.get("patternProperties"))]
+        patterns += sorted({p for d in wa for p in as_dict(d.get("patternProperties"))})
         for pat in dict.fromkeys(patterns):
-            rs, ws = _slots((c,), "pattern", pat), _slots(wa, "pattern", pat)
-            out += self._slot(f"/patternProperties/{_esc(pat)}", rs, ws, "pattern property")
-        rs, ws = _slots((c,), "other"), _slots(wa, "other")
+            rs, ws = property_slots((c,), "pattern", pat), property_slots(wa, "pattern", pat)
+            out += self._slot(f"/patternProperties/{escape(pat)}", rs, ws, "pattern property")
+        rs, ws = property_slots((c,), "other"), property_slots(wa, "other")
         out += self._slot(
             "/additionalProperties", rs, ws, "additional properties", "additionalProperties schema"
         )
-        required = {p for d in wa for p in _list(d.get("required"))}
-        for p in _list(c.get("required")):
-            prop = _dict(mine.get(p))
-            target = _dict(_resolve(self.rroot, prop.get("$ref"))[1])
+        required = {p for d in wa for p in as_list(d.get("required"))}
+        for p in as_list(c.get("required")):
+            prop = as_dict(mine.get(p))
+            target = as_dict(resolve(self.rroot, prop.get("$ref"))[1])
             if p in required or "default" in prop or "default" in target:
                 continue  # Confluent's rule: a reader default fills a missing property in
             what = "property became required" if p in theirs else "required property added"
-            out.append((f"/properties/{_esc(p)}", what))
+            out.append((f"/properties/{escape(p)}", what))
         out += self._counts(c, wa, "minProperties", "maxProperties")
         for kw in _DEP_KWS:
-            for key, dep in _dict(c.get(kw)).items():
-                if any(_is_false(s, self.wroot) for s in _slots(wa, "name", key)):
+            for key, dep in as_dict(c.get(kw)).items():
+                if any(is_false(s, self.wroot) for s in property_slots(wa, "name", key)):
                     continue  # the writer never has the property that triggers it
-                theirs_deps = [_dict(d.get(k)).get(key) for d in wa for k in _DEP_KWS]
-                path = f"/{kw}/{_esc(key)}"
+                theirs_deps = [as_dict(d.get(k)).get(key) for d in wa for k in _DEP_KWS]
+                path = f"/{kw}/{escape(key)}"
                 if isinstance(dep, list):
                     have = required.union(*[set(x) for x in theirs_deps if isinstance(x, list)])
                     missing = [n for n in dep if n not in have]
                     if missing:
-                        out.append((path, f"dependency added: {key} requires {_fmt(missing)}"))
+                        out.append((path, f"dependency added: {key} requires {show(missing)}"))
                 elif isinstance(dep, dict | bool):
                     extra = tuple(x for x in theirs_deps if isinstance(x, dict | bool))
                     for alt in self.expand(extra):
@@ -555,19 +397,19 @@ class _Checker:
 
     def _array(self, c: Node, wa: tuple[Node, ...]) -> list[Issue]:
         out: list[Issue] = []
-        positions = max([len(_tuple(d)[0]) for d in (c, *wa)])
-        most = min([d["maxItems"] for d in wa if _num(d.get("maxItems"))], default=math.inf)
+        positions = max([len(tuple_schemas(d)[0]) for d in (c, *wa)])
+        most = min([d["maxItems"] for d in wa if is_number(d.get("maxItems"))], default=math.inf)
         word = "prefixItems" if "prefixItems" in c else "items"
         ended = False
         for i in range(positions):
-            ws = _item_slots(wa, i)
-            if i >= most or any(_is_false(s, self.wroot) for s in ws):
+            ws = item_slots(wa, i)
+            if i >= most or any(is_false(s, self.wroot) for s in ws):
                 ended = True  # the writer's arrays never reach position i
                 break
-            out += self._slot(f"/{word}/{i}", _item_slots((c,), i), ws, "item")
+            out += self._slot(f"/{word}/{i}", item_slots((c,), i), ws, "item")
         if not ended and positions < most:
             rest = "/additionalItems" if isinstance(c.get("items"), list) else "/items"
-            rs, ws = _item_slots((c,), None), _item_slots(wa, None)
+            rs, ws = item_slots((c,), None), item_slots(wa, None)
             closed = "additional items" if rest == "/additionalItems" else "items"
             out += self._slot(rest, rs, ws, closed, "items schema")
         out += self._counts(c, wa, "minItems", "maxItems")
@@ -583,10 +425,10 @@ class _Checker:
     def _not(self, n: Any, wa: tuple[Node, ...], live: frozenset[str]) -> list[Issue]:
         """The reader rejects values valid under ``n``: fine if the writer's own ``not``
         rejects at least those, or ``n`` only names types the writer never produces."""
-        if isinstance(n, dict) and set(n) == {"type"} and not live & (_types(n) or frozenset()):
+        if isinstance(n, dict) and set(n) == {"type"} and not live & (types_of(n) or frozenset()):
             return []
         swapped = _Checker(self.wroot, self.rroot)  # is n (reader) inside the writer's not?
         theirs = [d["not"] for d in wa if "not" in d]
         if any(not swapped.cmp(w, (n,)) for w in theirs):
             return []
-        return [("", f"not {'changed' if theirs else 'added'}: the reader rejects {_fmt(n)}")]
+        return [("", f"not {'changed' if theirs else 'added'}: the reader rejects {show(n)}")]
