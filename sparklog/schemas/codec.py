@@ -135,8 +135,9 @@ def resolve_field(
             f"{field}Format={fmt}, but version {sv.version} of subject {subject!r} is a "
             f"{sv.schema.schema_type} schema (id {sv.schema.id})"
         )
-    typed = TypedField(field, fmt, sv.subject, sv.version, sv.schema,
-                       named_references(source, sv.schema))  # fmt: skip
+    typed = TypedField(
+        field, fmt, sv.subject, sv.version, sv.schema, named_references(source, sv.schema)
+    )
     try:
         typed.node()
     except (InvalidSchemaError, KeyError, TypeError, ValueError) as e:
@@ -319,8 +320,9 @@ class FieldDecoder:
             if not self._avro:
                 json_rows += rows.to_pylist()
                 continue
-            self._decode_avro(rows.to_pylist(), pc.take(f.payload, rows).to_pylist(), schema,
-                              writer, out, errors)  # fmt: skip
+            self._decode_avro(
+                rows.to_pylist(), pc.take(f.payload, rows).to_pylist(), schema, writer, out, errors
+            )
         schema_ids = pc.take(pa.array(ids, pa.int32()), f.which) if ids else pa.nulls(n, pa.int32())
         if json_rows:
             return self._decode_json(sorted(json_rows), f.payload, schema_ids, out, errors)
@@ -359,16 +361,25 @@ class FieldDecoder:
                 continue
             as_ids.append(self.typed.reader.id)
             values: list[Any] = [None] * n
-            self._decode_avro(rows.to_pylist(), pc.take(payload, rows).to_pylist(), schema,
-                              writer, values, errors, fix=False)  # fmt: skip
+            self._decode_avro(
+                rows.to_pylist(),
+                pc.take(payload, rows).to_pylist(),
+                schema,
+                writer,
+                values,
+                errors,
+                fix=False,
+            )
             for i in rows.to_pylist():
                 if i in errors:
                     continue
                 try:
                     redone[i] = self._encode_reader(values[i])
                 except Exception as e:  # fastavro raises many kinds
-                    errors[i] = (f"schema id {schema.id}: cannot write it again with the "
-                                 f"reader schema: {type(e).__name__}: {e}")  # fmt: skip
+                    errors[i] = (
+                        f"schema id {schema.id}: cannot write it again with the "
+                        f"reader schema: {type(e).__name__}: {e}"
+                    )
         if redone:
             order = sorted(redone)  # replace_with_mask fills the masked rows in row order
             at = pa.array(order, pa.int64())
@@ -394,9 +405,17 @@ class FieldDecoder:
         schemaless_writer(buf, self._reader, value)
         return buf.getvalue()
 
-    def _decode_avro(self, rows: list[int], payloads: list[bytes], schema: RegisteredSchema,
-                     writer: Any, out: list[Any], errors: dict[int, str], *,
-                     fix: bool = True) -> None:  # fmt: skip
+    def _decode_avro(
+        self,
+        rows: list[int],
+        payloads: list[bytes],
+        schema: RegisteredSchema,
+        writer: Any,
+        out: list[Any],
+        errors: dict[int, str],
+        *,
+        fix: bool = True,
+    ) -> None:
         from fastavro import schemaless_reader
 
         if writer is None:
@@ -412,8 +431,14 @@ class FieldDecoder:
             except Exception as e:  # fastavro raises many kinds for a bad payload
                 errors[i] = f"schema id {schema.id}: {type(e).__name__}: {e}"
 
-    def _decode_json(self, rows: list[int], payload: pa.Array, schema_ids: pa.Array,
-                     out: list[Any], errors: dict[int, str]) -> Decoded:  # fmt: skip
+    def _decode_json(
+        self,
+        rows: list[int],
+        payload: pa.Array,
+        schema_ids: pa.Array,
+        out: list[Any],
+        errors: dict[int, str],
+    ) -> Decoded:
         taken = pc.take(payload, pa.array(rows, pa.int64()))
         texts = taken.to_pylist()
         fast = values.parse_json(texts, self.node) if not errors else None
@@ -441,8 +466,12 @@ _MAX_DECODERS = 32
 def field_decoder(typed: TypedField, source: SchemaSource) -> FieldDecoder:
     """A ``FieldDecoder``, reused by later tasks of the same Python worker (Spark reuses
     workers), so each writer schema is fetched and parsed once per worker."""
-    key = (type(source).__name__, getattr(source, "url", None), getattr(source, "root", None),
-           typed)  # fmt: skip
+    key = (
+        type(source).__name__,
+        getattr(source, "url", None),
+        getattr(source, "root", None),
+        typed,
+    )
     found = _DECODERS.get(key)
     if found is None:
         if len(_DECODERS) >= _MAX_DECODERS:

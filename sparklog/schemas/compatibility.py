@@ -26,9 +26,14 @@ from sparklog.schemas.formats import ParsedSchema
 from sparklog.schemas.model import AVRO
 
 LEVELS = (
-    "BACKWARD", "BACKWARD_TRANSITIVE", "FORWARD", "FORWARD_TRANSITIVE", "FULL",
-    "FULL_TRANSITIVE", "NONE",
-)  # fmt: skip
+    "BACKWARD",
+    "BACKWARD_TRANSITIVE",
+    "FORWARD",
+    "FORWARD_TRANSITIVE",
+    "FULL",
+    "FULL_TRANSITIVE",
+    "NONE",
+)
 DEFAULT_LEVEL = "BACKWARD"
 
 

@@ -49,8 +49,9 @@ def _uint32_be(four: pa.Array) -> pa.Array:
     shl, shr, orr = pc.shift_left, pc.shift_right, pc.bit_wise_or
     ff, ff00 = pa.scalar(0xFF, pa.uint32()), pa.scalar(0xFF00, pa.uint32())
     s8, s24 = pa.scalar(8, pa.uint32()), pa.scalar(24, pa.uint32())
-    return orr(orr(shl(b(le, ff), s24), shl(b(le, ff00), s8)),
-               orr(b(shr(le, s8), ff00), shr(le, s24)))  # fmt: skip
+    return orr(
+        orr(shl(b(le, ff), s24), shl(b(le, ff00), s8)), orr(b(shr(le, s8), ff00), shr(le, s24))
+    )
 
 
 def _header_values(headers: pa.Array | None, name: str, n: int) -> pa.Array | None:
@@ -90,10 +91,11 @@ def frames(values: pa.Array, headers: pa.Array | None, header: str) -> Frames:
         False,
     )
     by_guid = pc.fill_null(
-        pc.and_(pc.equal(first, pa.scalar(bytes([MAGIC_GUID]))),
-                pc.greater_equal(length, _GUID_PREFIX)),
+        pc.and_(
+            pc.equal(first, pa.scalar(bytes([MAGIC_GUID]))), pc.greater_equal(length, _GUID_PREFIX)
+        ),
         False,
-    )  # fmt: skip
+    )
     guid_bytes = pc.if_else(by_guid, pc.binary_slice(values, 1, _GUID_PREFIX), None)
     payload = pc.if_else(
         by_id,
@@ -106,17 +108,20 @@ def frames(values: pa.Array, headers: pa.Array | None, header: str) -> Frames:
     if hv is not None:  # a header wins over a prefix (confluent-kafka's deserializer)
         hlen = pc.fill_null(pc.binary_length(hv), 0)
         header_ok = pc.fill_null(
-            pc.and_(pc.equal(pc.binary_slice(hv, 0, 1), pa.scalar(bytes([MAGIC_GUID]))),
-                    pc.equal(hlen, _GUID_PREFIX)),
+            pc.and_(
+                pc.equal(pc.binary_slice(hv, 0, 1), pa.scalar(bytes([MAGIC_GUID]))),
+                pc.equal(hlen, _GUID_PREFIX),
+            ),
             False,
-        )  # fmt: skip
+        )
         header_ok = pc.and_(header_ok, valid)
         guid_bytes = pc.if_else(header_ok, pc.binary_slice(hv, 1, _GUID_PREFIX), guid_bytes)
         payload = pc.if_else(header_ok, values, payload)
         by_id = pc.and_(by_id, pc.invert(in_header))
         by_guid = pc.or_(pc.and_(by_guid, pc.invert(in_header)), header_ok)
-    raw = pc.fill_null(pc.if_else(by_id, pc.binary_slice(values, 1, _ID_PREFIX), None),
-                       pa.scalar(b"\0\0\0\0"))  # fmt: skip
+    raw = pc.fill_null(
+        pc.if_else(by_id, pc.binary_slice(values, 1, _ID_PREFIX), None), pa.scalar(b"\0\0\0\0")
+    )
     ids = pc.if_else(by_id, _uint32_be(raw).cast(pa.int64()), None)
     refs: list[tuple[str, Any]] = []
     which = pa.nulls(n, pa.int32())
@@ -134,15 +139,18 @@ def frames(values: pa.Array, headers: pa.Array | None, header: str) -> Frames:
     bad = pc.and_(valid, pc.invert(pc.or_(by_id, by_guid)))
     if pc.any(bad).as_py():
         for i in pc.indices_nonzero(bad).to_pylist():
-            errors[i] = _framing_error(values[i].as_py(), None if hv is None else hv[i].as_py(),
-                                       header)  # fmt: skip
+            errors[i] = _framing_error(
+                values[i].as_py(), None if hv is None else hv[i].as_py(), header
+            )
     return Frames(refs, which, payload, errors)
 
 
 def _framing_error(value: bytes, header_value: bytes | None, header: str) -> str:
     if header_value is not None:
-        return (f"header {header} is not magic byte 1 + a 16-byte schema GUID "
-                f"({len(header_value)} bytes)")  # fmt: skip
+        return (
+            f"header {header} is not magic byte 1 + a 16-byte schema GUID "
+            f"({len(header_value)} bytes)"
+        )
     if not value:
         return "an empty value has no schema id"
     if value[0] not in (MAGIC, MAGIC_GUID):

@@ -165,9 +165,12 @@ class RegistryState:
         if sid not in self.schemas:
             refs = tuple(Reference.from_json(r) for r in v.get("references") or ())
             schema = RegisteredSchema(
-                sid, str(v.get("schemaType") or AVRO), str(v["schema"]), refs,
+                sid,
+                str(v.get("schemaType") or AVRO),
+                str(v["schema"]),
+                refs,
                 str(v.get("guid") or uuid.uuid5(uuid.NAMESPACE_OID, f"sparklog:{sid}")),
-            )  # fmt: skip
+            )
             self.schemas[sid] = schema
             self._by_guid[schema.guid] = sid
         versions[version] = _Version(version, sid, bool(v.get("deleted", False)))
@@ -380,9 +383,13 @@ class RegistryState:
             raise InvalidVersionError(f"version {n} of subject {subject} exists")
         guid = existing.guid if existing is not None else str(uuid.uuid4())
         value: dict[str, Any] = {
-            "subject": subject, "version": n, "id": sid, "schema": parsed.text,
-            "deleted": False, "guid": guid,
-        }  # fmt: skip
+            "subject": subject,
+            "version": n,
+            "id": sid,
+            "schema": parsed.text,
+            "deleted": False,
+            "guid": guid,
+        }
         if parsed.schema_type != AVRO:
             value["schemaType"] = parsed.schema_type
         if parsed.references:
@@ -464,9 +471,13 @@ class RegistryState:
 
     def _soft(self, subject: str, sv: SubjectVersion) -> Record:
         value: dict[str, Any] = {
-            "subject": subject, "version": sv.version, "id": sv.schema.id,
-            "schema": sv.schema.schema, "deleted": True, "guid": sv.schema.guid,
-        }  # fmt: skip
+            "subject": subject,
+            "version": sv.version,
+            "id": sv.schema.id,
+            "schema": sv.schema.schema,
+            "deleted": True,
+            "guid": sv.schema.guid,
+        }
         if sv.schema.schema_type != AVRO:
             value["schemaType"] = sv.schema.schema_type
         if sv.schema.references:

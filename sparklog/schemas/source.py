@@ -33,14 +33,22 @@ CONTENT_TYPE = "application/vnd.schemaregistry.v1+json"
 _ERRORS: dict[int, type[SchemaRegistryError]] = {
     cls.code: cls
     for cls in (
-        errors.SubjectNotFoundError, errors.VersionNotFoundError, errors.SchemaNotFoundError,
-        errors.SubjectNotSoftDeletedError, errors.VersionNotSoftDeletedError,
-        errors.SubjectConfigNotFoundError, errors.SubjectModeNotFoundError,
-        errors.IncompatibleSchemaError, errors.InvalidSchemaError, errors.InvalidVersionError,
-        errors.InvalidCompatibilityLevelError, errors.InvalidModeError,
-        errors.OperationNotPermittedError, errors.SchemaReferencedError,
+        errors.SubjectNotFoundError,
+        errors.VersionNotFoundError,
+        errors.SchemaNotFoundError,
+        errors.SubjectNotSoftDeletedError,
+        errors.VersionNotSoftDeletedError,
+        errors.SubjectConfigNotFoundError,
+        errors.SubjectModeNotFoundError,
+        errors.IncompatibleSchemaError,
+        errors.InvalidSchemaError,
+        errors.InvalidVersionError,
+        errors.InvalidCompatibilityLevelError,
+        errors.InvalidModeError,
+        errors.OperationNotPermittedError,
+        errors.SchemaReferencedError,
     )
-}  # fmt: skip
+}
 
 
 class SchemaSource(Protocol):
@@ -242,8 +250,11 @@ class StorageSchemaSource(_Referencing):
         state = self._state if self._state is not None else self._read()
         try:
             return what(state)
-        except (errors.SchemaNotFoundError, errors.SubjectNotFoundError,
-                errors.VersionNotFoundError):  # fmt: skip
+        except (
+            errors.SchemaNotFoundError,
+            errors.SubjectNotFoundError,
+            errors.VersionNotFoundError,
+        ):
             return what(self._read())
 
     def by_id(self, schema_id: int) -> RegisteredSchema:

@@ -108,10 +108,14 @@ def read_schema(include_headers: bool, decoding: Decoding | None) -> StructType:
         return StructField(name, nullable(spark_type(t.node().type)), True)
 
     fields = [
-        column("key"), column("value"), StructField("topic", StringType()),
-        StructField("partition", IntegerType()), StructField("offset", LongType()),
-        StructField("timestamp", TimestampType()), StructField("timestampType", IntegerType()),
-    ]  # fmt: skip
+        column("key"),
+        column("value"),
+        StructField("topic", StringType()),
+        StructField("partition", IntegerType()),
+        StructField("offset", LongType()),
+        StructField("timestamp", TimestampType()),
+        StructField("timestampType", IntegerType()),
+    ]
     if include_headers:
         header = StructType([StructField("key", StringType()), StructField("value", BinaryType())])
         fields.append(StructField("headers", ArrayType(header)))
@@ -155,16 +159,29 @@ def avro_for(dt: DataType, *, record: str = TOP_LEVEL_RECORD, namespace: str = "
         return {"type": "map", "values": ["null", values] if dt.valueContainsNull else values}
     if isinstance(dt, DecimalType):
         name = f"{namespace}.{record}.fixed" if namespace else f"{record}.fixed"
-        return {"type": "fixed", "name": name, "size": _min_bytes(dt.precision),
-                "logicalType": "decimal", "precision": dt.precision, "scale": dt.scale}  # fmt: skip
+        return {
+            "type": "fixed",
+            "name": name,
+            "size": _min_bytes(dt.precision),
+            "logicalType": "decimal",
+            "precision": dt.precision,
+            "scale": dt.scale,
+        }
     simple: list[tuple[type, Any]] = [
-        (BooleanType, "boolean"), (ByteType, "int"), (ShortType, "int"), (IntegerType, "int"),
-        (LongType, "long"), (FloatType, "float"), (DoubleType, "double"),
-        (StringType, "string"), (BinaryType, "bytes"), (NullType, "null"),
+        (BooleanType, "boolean"),
+        (ByteType, "int"),
+        (ShortType, "int"),
+        (IntegerType, "int"),
+        (LongType, "long"),
+        (FloatType, "float"),
+        (DoubleType, "double"),
+        (StringType, "string"),
+        (BinaryType, "bytes"),
+        (NullType, "null"),
         (DateType, {"type": "int", "logicalType": "date"}),
         (TimestampType, {"type": "long", "logicalType": "timestamp-micros"}),
         (TimestampNTZType, {"type": "long", "logicalType": "local-timestamp-micros"}),
-    ]  # fmt: skip
+    ]
     for cls, avro in simple:
         if isinstance(dt, cls):
             return avro
@@ -195,12 +212,14 @@ def check_struct(column: str, given: DataType, expected: DataType, schema: str) 
             ef = {f.name: f.dataType for f in e.fields}
             for name in ef:
                 if name not in gf:
-                    raise OptionError(f"{column}: field {path}{name} of {schema} is missing "
-                                      "from the DataFrame")  # fmt: skip
+                    raise OptionError(
+                        f"{column}: field {path}{name} of {schema} is missing from the DataFrame"
+                    )
             for name in gf:
                 if name not in ef:
-                    raise OptionError(f"{column}: the DataFrame's field {path}{name} is not "
-                                      f"in {schema}")  # fmt: skip
+                    raise OptionError(
+                        f"{column}: the DataFrame's field {path}{name} is not in {schema}"
+                    )
                 walk(f"{path}{name}.", gf[name], ef[name])
             return
         if _shape(g) != _shape(e):
@@ -217,9 +236,14 @@ def check_struct(column: str, given: DataType, expected: DataType, schema: str) 
 
 
 def encoding_for(
-    source: SchemaSource, field: str, subject: str, version: int | None, given: DataType,
-    *, auto_register: bool,
-) -> AvroEncoding:  # fmt: skip
+    source: SchemaSource,
+    field: str,
+    subject: str,
+    version: int | None,
+    given: DataType,
+    *,
+    auto_register: bool,
+) -> AvroEncoding:
     """How a sink writes ``field`` (of Spark type ``given``) as registry-framed Avro:
     with ``auto_register``, the schema ``avro_for(given)`` registered under ``subject``
     (the registry's compatibility check decides; the same schema again is the same id);
@@ -231,8 +255,9 @@ def encoding_for(
             sid = source.register(subject, schema)
             registered = source.by_id(sid)
         except SchemaRegistryError as e:
-            raise OptionError(f"{field}: registering the DataFrame's schema under subject "
-                              f"{subject!r}: {e}") from None  # fmt: skip
+            raise OptionError(
+                f"{field}: registering the DataFrame's schema under subject {subject!r}: {e}"
+            ) from None
         return AvroEncoding(field, subject, registered)
     typed = resolve_field(source, field, "avro", subject, version)
     expected = spark_type(typed.node().type)
@@ -292,8 +317,13 @@ def jvm_decodable(typed: TypedField) -> bool:
     return not isinstance(spark_type(typed.node().type), StructType)
 
 
-def _decoded(payload: Column, which: Column, writers: list[Any], reader: RegisteredSchema,
-             source: SchemaSource) -> tuple[Column, bool]:  # fmt: skip
+def _decoded(
+    payload: Column,
+    which: Column,
+    writers: list[Any],
+    reader: RegisteredSchema,
+    source: SchemaSource,
+) -> tuple[Column, bool]:
     """``CASE which WHEN <id> THEN from_avro(payload, <writer schema>) ...``, each writer
     schema resolved to ``reader`` (option ``avroSchema``), and whether the reader is a
     record. Spark's PERMISSIVE mode makes an undecodable payload a struct of nulls (a
@@ -325,12 +355,25 @@ def _where(df: DataFrame) -> Column | None:
 
     if not {"topic", "partition", "offset"} <= set(df.columns):
         return None
-    return F.concat(F.col("topic"), F.lit("-"), F.col("partition").cast("string"),
-                    F.lit(" offset "), F.col("offset").cast("string"))  # fmt: skip
+    return F.concat(
+        F.col("topic"),
+        F.lit("-"),
+        F.col("partition").cast("string"),
+        F.lit(" offset "),
+        F.col("offset").cast("string"),
+    )
 
 
-def _settle(df: DataFrame, column: str, decoded: Column, record: bool, tried: Column,
-            why: Column, fail: bool, errors: Column | None = None) -> DataFrame:  # fmt: skip
+def _settle(
+    df: DataFrame,
+    column: str,
+    decoded: Column,
+    record: bool,
+    tried: Column,
+    why: Column,
+    fail: bool,
+    errors: Column | None = None,
+) -> DataFrame:
     """``df`` with ``column`` set to ``decoded`` (``_decoded``): a row where decoding was
     ``tried`` but failed fails the query with ``why``, or (not ``fail``) is null and says
     ``why`` in ``<column>DecodeError`` (after ``errors``, the reasons known before the JVM
@@ -372,18 +415,22 @@ def jvm_decode(df: DataFrame, decoding: Decoding) -> DataFrame:
         writers = [source.by_id(i) for i in t.jvm_writers]
         decoded, record = _decoded(F.col(t.field), which, writers, t.reader, source)
         why = F.concat(
-            F.lit(f"cannot decode the {t.field} with subject {t.subject!r} version "
-                  f"{t.version}: schema id "),
+            F.lit(
+                f"cannot decode the {t.field} with subject {t.subject!r} version "
+                f"{t.version}: schema id "
+            ),
             F.col(f"{t.field}SchemaId").cast("string"),
-            F.lit(": the payload does not fit its schema"
-                  + (" (failOnDecodeError=false reads it as null)" if decoding.fail_on_error
-                     else "")),
-        )  # fmt: skip
+            F.lit(
+                ": the payload does not fit its schema"
+                + (" (failOnDecodeError=false reads it as null)" if decoding.fail_on_error else "")
+            ),
+        )
         if where is not None:
             why = F.concat(where, F.lit(": "), why)
         errors = None if decoding.fail_on_error else F.col(f"{t.field}DecodeError")
-        df = _settle(df, t.field, decoded, record, which.isNotNull(), why,
-                     decoding.fail_on_error, errors)  # fmt: skip
+        df = _settle(
+            df, t.field, decoded, record, which.isNotNull(), why, decoding.fail_on_error, errors
+        )
         df = df.drop(jvm_column(t.field))
     return df
 
@@ -446,15 +493,25 @@ def from_registry(
     decoded, record = _decoded(payload, F.col(_WHICH), writers, typed.reader, source)
     why = F.concat(
         F.lit(f"cannot decode the {column} with subject {subject!r}: "),
-        F.when(F.col(_WHICH).isNull() & unknown_guid,
-               F.lit("the schema GUID in its header is not a version of the subject"))
-        .when(F.col(_WHICH).isNull() & sid.isNotNull(),
-               F.concat(F.lit("schema id "), sid.cast("string"),
-                        F.lit(" is not a version of the subject")))
+        F.when(
+            F.col(_WHICH).isNull() & unknown_guid,
+            F.lit("the schema GUID in its header is not a version of the subject"),
+        )
+        .when(
+            F.col(_WHICH).isNull() & sid.isNotNull(),
+            F.concat(
+                F.lit("schema id "), sid.cast("string"), F.lit(" is not a version of the subject")
+            ),
+        )
         .when(F.col(_WHICH).isNull(), F.lit("no schema id (magic byte 0 + id)"))
-        .otherwise(F.concat(F.lit("schema id "), F.col(_WHICH).cast("string"),
-                            F.lit(": the payload does not fit its schema"))),
-    )  # fmt: skip
+        .otherwise(
+            F.concat(
+                F.lit("schema id "),
+                F.col(_WHICH).cast("string"),
+                F.lit(": the payload does not fit its schema"),
+            )
+        ),
+    )
     where = _where(df)
     if where is not None:
         why = F.concat(where, F.lit(": "), why)

@@ -338,8 +338,9 @@ class _JsonTypes:
         if t == "array":
             items = schema.get("items")
             item = self.node(items, depth, base) if isinstance(items, dict) else _json_text()
-            return Node(pa.list_(item.field("element")), True, ARRAY, (("element", item),),
-                        item.fix)  # fmt: skip
+            return Node(
+                pa.list_(item.field("element")), True, ARRAY, (("element", item),), item.fix
+            )
         if t == "string":
             fmt = schema.get("format")
             if fmt == "date-time":
@@ -347,8 +348,12 @@ class _JsonTypes:
             if fmt == "date":
                 return Node(pa.date32(), True, DATE, (), True)
             return _plain(pa.string(), True)
-        simple = {"integer": pa.int64(), "number": pa.float64(), "boolean": pa.bool_(),
-                  "null": pa.null()}  # fmt: skip
+        simple = {
+            "integer": pa.int64(),
+            "number": pa.float64(),
+            "boolean": pa.bool_(),
+            "null": pa.null(),
+        }
         if t in simple:
             return _plain(simple[str(t)], True)
         return _json_text()

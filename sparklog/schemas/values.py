@@ -121,8 +121,7 @@ def _below(node: Node, named_returns: bool) -> bool:
     """Whether a union (whose values need unwrapping) is below ``node``."""
     if not named_returns:
         return False
-    return any(c.kind in (types.NULLABLE, types.UNION) or _below(c, True)
-               for _, c in node.children)  # fmt: skip
+    return any(c.kind in (types.NULLABLE, types.UNION) or _below(c, True) for _, c in node.children)
 
 
 def named_types(schema: Any) -> dict[str, Any]:
