@@ -171,13 +171,12 @@ def broker_configs(client: KafkaClient, keys: list[str] | None = None) -> dict[s
         4,
         {
             "resources": [
-                {"resource_type": BROKER_RESOURCE, "resource_name": "",
-                 "configuration_keys": keys}
+                {"resource_type": BROKER_RESOURCE, "resource_name": "", "configuration_keys": keys}
             ],
             "include_synonyms": False,
             "include_documentation": False,
         },
-    ).results[0]  # fmt: skip
+    ).results[0]
     if cfg.error_code != ErrorCode.none:
         raise KafkaRequestError("describe the broker's configs", cfg.error_code)
     return {c.name: c.value for c in cfg.configs if c.value is not None}

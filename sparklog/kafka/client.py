@@ -239,8 +239,10 @@ def _pem_only(opts: Mapping[str, str], store: str) -> str | None:
                 f"ssl.{store}.type=PEM"
             )
         if not found and not os.path.isfile(location):
-            raise ValueError(f"{said} is not supported{note}, and {location} is no file: "
-                             f"give a PEM file and set ssl.{store}.type=PEM")  # fmt: skip
+            raise ValueError(
+                f"{said} is not supported{note}, and {location} is no file: "
+                f"give a PEM file and set ssl.{store}.type=PEM"
+            )
         what = f"{location} is a {found} keystore" if found else f"{location} is not PEM"
         raise ValueError(
             f"{said} is not supported{note}: sparklog's client reads PEM files only, and "
@@ -361,8 +363,7 @@ def ssl_context(settings: ClientSettings) -> ssl.SSLContext:
                 settings.ssl_certfile, settings.ssl_keyfile, settings.ssl_key_password
             )
     except (OSError, ssl.SSLError) as e:
-        files = [f for f in (settings.ssl_cafile, settings.ssl_certfile, settings.ssl_keyfile)
-                 if f]  # fmt: skip
+        files = [f for f in (settings.ssl_cafile, settings.ssl_certfile, settings.ssl_keyfile) if f]
         raise ValueError(f"cannot load the TLS files {files}: {e}") from None
     ctx.check_hostname = settings.ssl_check_hostname
     return ctx

@@ -67,8 +67,14 @@ CONTROL_BIT = 0x20
 #: ``encode_batches``: serve each stored batch in the codec its producer used
 PRODUCER_CODEC = -1
 #: ``compression.type`` -> the codec ``encode_batches`` serves
-CODECS = {"uncompressed": 0, "producer": PRODUCER_CODEC, "gzip": 1, "snappy": 2, "lz4": 3,
-          "zstd": 4}  # fmt: skip
+CODECS = {
+    "uncompressed": 0,
+    "producer": PRODUCER_CODEC,
+    "gzip": 1,
+    "snappy": 2,
+    "lz4": 3,
+    "zstd": 4,
+}
 #: ``(offset delta, timestamp ms, key, value, headers)``: one record for ``build_batch``
 Record = tuple[int, int, bytes | None, bytes | None, Sequence[tuple[str, bytes | None]]]
 
@@ -354,16 +360,24 @@ def _encode_native(
 
     off, ts = batch.column("offset"), batch.column("timestamp")
     records, base_ts, max_ts = _columns.encode_records(
-        off.buffers()[1], ts.buffers()[1], off.offset, ts.offset,
-        *binary("key"), *binary("value"), start, stop,
-    )  # fmt: skip
+        off.buffers()[1],
+        ts.buffers()[1],
+        off.offset,
+        ts.offset,
+        *binary("key"),
+        *binary("value"),
+        start,
+        stop,
+    )
     offsets = off.buffers()[1]
     (base_offset,) = struct.unpack_from("<q", offsets, 8 * (off.offset + start))
     (last,) = struct.unpack_from("<q", offsets, 8 * (off.offset + stop - 1))
     pid, epoch, seq = producer
     attributes = (TIMESTAMP_TYPE_BIT if log_append_time else 0) | flags
-    tail: bytes = _TAIL.pack(attributes, last - base_offset, base_ts, max_ts, pid, epoch, seq,
-                             stop - start) + records  # fmt: skip
+    tail: bytes = (
+        _TAIL.pack(attributes, last - base_offset, base_ts, max_ts, pid, epoch, seq, stop - start)
+        + records
+    )
     head = _HEAD.pack(base_offset, len(tail) + 9, -1, 2, crc32c.crc32c(tail))
     return head + tail
 
@@ -443,9 +457,14 @@ def encode_batches(
         if _columns is not None and not has_headers:
             for start in range(0, n, max_records):
                 seq = seq0 if start == 0 else -1
-                data = _encode_native(batch, start, min(n, start + max_records),
-                                      producer=(pid, epoch, seq),
-                                      log_append_time=log_append_time, flags=flags)  # fmt: skip
+                data = _encode_native(
+                    batch,
+                    start,
+                    min(n, start + max_records),
+                    producer=(pid, epoch, seq),
+                    log_append_time=log_append_time,
+                    flags=flags,
+                )
                 out += _compressed(data, out_codec) if out_codec else data
             continue
         offsets = batch.column("offset").to_pylist()

@@ -30,10 +30,19 @@ CLUSTER_NAME = "kafka-cluster"
 RESOURCE_TYPES = {"ANY": 1, "TOPIC": 2, "GROUP": 3, "CLUSTER": 4, "TRANSACTIONAL_ID": 5}
 PATTERN_TYPES = {"ANY": 1, "MATCH": 2, "LITERAL": 3, "PREFIXED": 4}
 OPERATIONS = {
-    "ANY": 1, "ALL": 2, "READ": 3, "WRITE": 4, "CREATE": 5, "DELETE": 6, "ALTER": 7,
-    "DESCRIBE": 8, "CLUSTER_ACTION": 9, "DESCRIBE_CONFIGS": 10, "ALTER_CONFIGS": 11,
+    "ANY": 1,
+    "ALL": 2,
+    "READ": 3,
+    "WRITE": 4,
+    "CREATE": 5,
+    "DELETE": 6,
+    "ALTER": 7,
+    "DESCRIBE": 8,
+    "CLUSTER_ACTION": 9,
+    "DESCRIBE_CONFIGS": 10,
+    "ALTER_CONFIGS": 11,
     "IDEMPOTENT_WRITE": 12,
-}  # fmt: skip
+}
 PERMISSIONS = {"ANY": 1, "DENY": 2, "ALLOW": 3}
 SCRAM_MECHANISMS = {"SCRAM-SHA-256": 1, "SCRAM-SHA-512": 2}
 _HASHES = {"SCRAM-SHA-256": "sha256", "SCRAM-SHA-512": "sha512"}
@@ -109,9 +118,14 @@ class Acl:
 
 def _acl(rtype: int, rname: str, ptype: int, d: Any) -> Acl:
     return Acl(
-        _name(RESOURCE_TYPES, rtype), rname, _name(PATTERN_TYPES, ptype), d.principal,
-        d.host, _name(OPERATIONS, d.operation), _name(PERMISSIONS, d.permission_type),
-    )  # fmt: skip
+        _name(RESOURCE_TYPES, rtype),
+        rname,
+        _name(PATTERN_TYPES, ptype),
+        d.principal,
+        d.host,
+        _name(OPERATIONS, d.operation),
+        _name(PERMISSIONS, d.permission_type),
+    )
 
 
 ACL_FILTER_ANY = Acl("ANY", None, "ANY", None, None, "ANY", "ANY")
@@ -178,8 +192,9 @@ def salted_password(mechanism: str, password: str, salt: bytes, iterations: int)
 def _mechanism(mechanism: str) -> str:
     m = mechanism.strip().upper()
     if m not in SCRAM_MECHANISMS:
-        raise ValueError(f"unknown SCRAM mechanism {mechanism!r} (one of SCRAM-SHA-256, "
-                         "SCRAM-SHA-512)")  # fmt: skip
+        raise ValueError(
+            f"unknown SCRAM mechanism {mechanism!r} (one of SCRAM-SHA-256, SCRAM-SHA-512)"
+        )
     return m
 
 
@@ -195,10 +210,19 @@ def upsert_user_scram_credential(
     if not MIN_ITERATIONS <= iterations <= MAX_ITERATIONS:
         raise ValueError(f"iterations must be in [{MIN_ITERATIONS}, {MAX_ITERATIONS}]")
     salt = secrets.token_bytes(32)
-    _alter(client, [], [{
-        "name": user, "mechanism": SCRAM_MECHANISMS[m], "iterations": iterations,
-        "salt": salt, "salted_password": salted_password(m, password, salt, iterations),
-    }])  # fmt: skip
+    _alter(
+        client,
+        [],
+        [
+            {
+                "name": user,
+                "mechanism": SCRAM_MECHANISMS[m],
+                "iterations": iterations,
+                "salt": salt,
+                "salted_password": salted_password(m, password, salt, iterations),
+            }
+        ],
+    )
 
 
 def delete_user_scram_credential(client: KafkaClient, user: str, mechanism: str) -> None:

@@ -159,9 +159,22 @@ def parse_request(frame: bytes) -> tuple[Any, Any]:
     return header, body
 
 
-_FIXED = {"bool": 1, "int8": 1, "int16": 2, "int32": 4, "int64": 8, "uint16": 2,
-          "uint32": 4, "uint64": 8, "float64": 8, "uuid": 16, "error_code": 2,
-          "timedelta_i32": 4, "timedelta_i64": 8, "datetime_i64": 8}  # fmt: skip
+_FIXED = {
+    "bool": 1,
+    "int8": 1,
+    "int16": 2,
+    "int32": 4,
+    "int64": 8,
+    "uint16": 2,
+    "uint32": 4,
+    "uint64": 8,
+    "float64": 8,
+    "uuid": 16,
+    "error_code": 2,
+    "timedelta_i32": 4,
+    "timedelta_i64": 8,
+    "datetime_i64": 8,
+}
 _I8, _I16, _I32 = struct.Struct(">b"), struct.Struct(">h"), struct.Struct(">i")
 
 

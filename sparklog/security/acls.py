@@ -85,14 +85,30 @@ _IMPLIED_BY = {
 #: resource types a binding may name, and the operations each supports (Kafka's
 #: ``AclEntry.supportedOperations``; ALL is valid for every type)
 SUPPORTED: dict[ResourceType, tuple[AclOperation, ...]] = {
-    ResourceType.TOPIC: (Op.READ, Op.WRITE, Op.CREATE, Op.DESCRIBE, Op.DELETE, Op.ALTER,
-                         Op.DESCRIBE_CONFIGS, Op.ALTER_CONFIGS),
+    ResourceType.TOPIC: (
+        Op.READ,
+        Op.WRITE,
+        Op.CREATE,
+        Op.DESCRIBE,
+        Op.DELETE,
+        Op.ALTER,
+        Op.DESCRIBE_CONFIGS,
+        Op.ALTER_CONFIGS,
+    ),
     ResourceType.GROUP: (Op.READ, Op.DESCRIBE, Op.DELETE),
-    ResourceType.CLUSTER: (Op.CREATE, Op.CLUSTER_ACTION, Op.DESCRIBE_CONFIGS, Op.ALTER_CONFIGS,
-                           Op.IDEMPOTENT_WRITE, Op.ALTER, Op.DESCRIBE, Op.CREATE_TOKENS,
-                           Op.DESCRIBE_TOKENS),
+    ResourceType.CLUSTER: (
+        Op.CREATE,
+        Op.CLUSTER_ACTION,
+        Op.DESCRIBE_CONFIGS,
+        Op.ALTER_CONFIGS,
+        Op.IDEMPOTENT_WRITE,
+        Op.ALTER,
+        Op.DESCRIBE,
+        Op.CREATE_TOKENS,
+        Op.DESCRIBE_TOKENS,
+    ),
     ResourceType.TRANSACTIONAL_ID: (Op.DESCRIBE, Op.WRITE, Op.TWO_PHASE_COMMIT),
-}  # fmt: skip
+}
 
 
 def parse_principal(principal: str) -> str:
@@ -120,18 +136,22 @@ class AclBinding:
         if self.resource_type not in SUPPORTED:
             raise ValueError(f"resource type {self.resource_type.name} cannot carry ACLs")
         if self.pattern_type not in (PatternType.LITERAL, PatternType.PREFIXED):
-            raise ValueError(f"an ACL's pattern type must be LITERAL or PREFIXED, "
-                             f"got {self.pattern_type.name}")  # fmt: skip
+            raise ValueError(
+                f"an ACL's pattern type must be LITERAL or PREFIXED, got {self.pattern_type.name}"
+            )
         if not self.name:
             raise ValueError("an ACL's resource name must not be empty")
         if self.resource_type == ResourceType.CLUSTER and self.name != CLUSTER_NAME:
             raise ValueError(f"the cluster resource is named {CLUSTER_NAME!r}, got {self.name!r}")
         if self.operation != Op.ALL and self.operation not in SUPPORTED[self.resource_type]:
-            raise ValueError(f"operation {self.operation.name} does not apply to "
-                             f"{self.resource_type.name} resources")  # fmt: skip
+            raise ValueError(
+                f"operation {self.operation.name} does not apply to "
+                f"{self.resource_type.name} resources"
+            )
         if self.permission not in (Permission.ALLOW, Permission.DENY):
-            raise ValueError(f"an ACL's permission must be ALLOW or DENY, "
-                             f"got {self.permission.name}")  # fmt: skip
+            raise ValueError(
+                f"an ACL's permission must be ALLOW or DENY, got {self.permission.name}"
+            )
         parse_principal(self.principal)
         if not self.host:
             raise ValueError("an ACL's host must not be empty (use * for any host)")
@@ -139,19 +159,26 @@ class AclBinding:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "resource_type": self.resource_type.name, "name": self.name,
-            "pattern_type": self.pattern_type.name, "principal": self.principal,
-            "host": self.host, "operation": self.operation.name,
+            "resource_type": self.resource_type.name,
+            "name": self.name,
+            "pattern_type": self.pattern_type.name,
+            "principal": self.principal,
+            "host": self.host,
+            "operation": self.operation.name,
             "permission": self.permission.name,
-        }  # fmt: skip
+        }
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> AclBinding:
         return cls(
-            ResourceType[d["resource_type"]], str(d["name"]), PatternType[d["pattern_type"]],
-            str(d["principal"]), str(d["host"]), AclOperation[d["operation"]],
+            ResourceType[d["resource_type"]],
+            str(d["name"]),
+            PatternType[d["pattern_type"]],
+            str(d["principal"]),
+            str(d["host"]),
+            AclOperation[d["operation"]],
             Permission[d["permission"]],
-        )  # fmt: skip
+        )
 
     def covers(self, name: str) -> bool:
         """Whether the pattern names resource ``name``."""

@@ -45,13 +45,14 @@ class SecurityConfig:
     inter_broker_password: str | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "sasl_mechanisms",
-                           tuple(m.upper() for m in self.sasl_mechanisms))  # fmt: skip
+        object.__setattr__(self, "sasl_mechanisms", tuple(m.upper() for m in self.sasl_mechanisms))
         object.__setattr__(self, "super_users", tuple(self.super_users))
         for m in self.sasl_mechanisms:
             if m not in ALL_MECHANISMS:
-                raise ValueError(f"[security] sasl_mechanisms: unknown mechanism {m!r} "
-                                 f"(served: {', '.join(ALL_MECHANISMS)})")  # fmt: skip
+                raise ValueError(
+                    f"[security] sasl_mechanisms: unknown mechanism {m!r} "
+                    f"(served: {', '.join(ALL_MECHANISMS)})"
+                )
         for p in self.super_users:
             parse_principal(p)
         if self.ssl_client_auth not in CLIENT_AUTH:
@@ -66,8 +67,9 @@ class SecurityConfig:
             self.inter_broker_listener is not None
             and self.inter_broker_listener.upper() not in KAFKA_SECURITY_PROTOCOLS
         ):
-            raise ValueError(f"[security] inter_broker_listener must be one of "
-                             f"{KAFKA_SECURITY_PROTOCOLS}")  # fmt: skip
+            raise ValueError(
+                f"[security] inter_broker_listener must be one of {KAFKA_SECURITY_PROTOCOLS}"
+            )
 
     @classmethod
     def from_mapping(cls, values: dict[str, Any], where: str = "") -> SecurityConfig:

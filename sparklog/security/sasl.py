@@ -62,8 +62,9 @@ class SaslExchange:
         try:
             authzid, user, password = token.decode("utf-8").split("\0")
         except ValueError as e:
-            raise AuthenticationError("PLAIN: malformed message (expected authzid NUL "
-                                      "username NUL password)") from e  # fmt: skip
+            raise AuthenticationError(
+                "PLAIN: malformed message (expected authzid NUL username NUL password)"
+            ) from e
         if not user or not password:
             raise AuthenticationError("PLAIN: username and password must not be empty")
         if authzid and authzid != user:
@@ -101,9 +102,7 @@ class SaslExchange:
         if len(parts) < 3:
             raise self._fail("malformed client-first message")
         authzid = parts[1]
-        bare = dict(
-            ([*kv.split("=", 1), ""])[:2] for kv in parts[2].split(",") if kv
-        )  # fmt: skip
+        bare = dict(([*kv.split("=", 1), ""])[:2] for kv in parts[2].split(",") if kv)
         user = _decode_saslname(bare.get("n", ""))
         if not user:
             raise self._fail("no username")

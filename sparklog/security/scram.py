@@ -75,9 +75,12 @@ class ScramCredential:
     def from_json(cls, mechanism: str, d: dict[str, Any]) -> ScramCredential:
         b64 = base64.b64decode
         return cls(
-            mechanism, b64(d["salt"]), b64(d["stored_key"]), b64(d["server_key"]),
+            mechanism,
+            b64(d["salt"]),
+            b64(d["stored_key"]),
+            b64(d["server_key"]),
             int(d["iterations"]),
-        )  # fmt: skip
+        )
 
     def check_password(self, password: str) -> bool:
         """Whether ``password`` is this credential's (constant-time comparison)."""

@@ -204,8 +204,10 @@ class TopicConfig:
 
     def strings(self) -> dict[str, str]:
         """Kafka names -> values as Kafka spells them (``true``, not ``True``)."""
-        return {k: str(v).lower() if isinstance(v, bool) else str(v)
-                for k, v in self.to_mapping().items()}  # fmt: skip
+        return {
+            k: str(v).lower() if isinstance(v, bool) else str(v)
+            for k, v in self.to_mapping().items()
+        }
 
     def non_defaults(self) -> dict[str, Any]:
         default = TopicConfig()

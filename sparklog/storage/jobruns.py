@@ -71,10 +71,15 @@ def last(fs: FileSystem, root: str, topic: str, job: str) -> JobRun | None:
         if d.get("format") != FORMAT:
             return None
         return JobRun(
-            str(d["job"]), str(d["topic"]), int(d["ended_ms"]), float(d["seconds"]),
-            int(d["partitions"]), int(d["segments_removed"]), int(d["records_removed"]),
+            str(d["job"]),
+            str(d["topic"]),
+            int(d["ended_ms"]),
+            float(d["seconds"]),
+            int(d["partitions"]),
+            int(d["segments_removed"]),
+            int(d["records_removed"]),
             int(d["bytes_removed"]),
-        )  # fmt: skip
+        )
     except (OSError, ValueError, KeyError, TypeError):
         return None
 

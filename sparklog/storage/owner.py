@@ -76,10 +76,15 @@ class Owner:
         return f"cluster {self.cluster!r} (etcd {self.etcd or '?'}), since {since}"
 
     def to_json(self) -> bytes:
-        return json.dumps({
-            "format": FORMAT, "mode": self.mode, "cluster": self.cluster, "etcd": self.etcd,
-            "created_ms": self.created_ms,
-        }).encode()  # fmt: skip
+        return json.dumps(
+            {
+                "format": FORMAT,
+                "mode": self.mode,
+                "cluster": self.cluster,
+                "etcd": self.etcd,
+                "created_ms": self.created_ms,
+            }
+        ).encode()
 
     @classmethod
     def from_json(cls, data: bytes, where: str) -> Owner:

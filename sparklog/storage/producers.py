@@ -170,10 +170,9 @@ class ProducerStates:
         """(producer id, epoch, last sequence, first offset of its open transaction or -1)
         of every producer this partition knows (DescribeProducers)."""
         return [
-            (pid, e.epoch, e.batches[-1].last_seq if e.batches else -1,
-             self.open_txns.get(pid, -1))
+            (pid, e.epoch, e.batches[-1].last_seq if e.batches else -1, self.open_txns.get(pid, -1))
             for pid, e in sorted(self.producers.items())
-        ]  # fmt: skip
+        ]
 
     def trim(self, log_start_offset: int) -> None:
         """Forget aborted transactions wholly below ``log_start_offset``."""
