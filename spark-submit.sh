@@ -9,6 +9,9 @@
 # .py file runs that script as spark-submit does. Options before JOB go to spark-submit
 # unchanged, e.g. `./spark-submit.sh --master yarn --num-executors 4 compaction --topic t`,
 # so the same jobs run on a cluster.
+#
+# Exit status (docs/cli.md, sparklog/cli/exits.py): the job's; 2 (USAGE) with no job, an
+# unknown one or an option without its value; 1 (FAILED) without Spark or a usable Java.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 VENV=${VENV:-$here/.venv}
