@@ -67,8 +67,7 @@ class ControllerRole:
         this broker is no longer controller (its fenced write was refused)."""
         assert self.controller is not None
         if await self.coord.controller() != self.controller:
-            log.warning("controller %d (epoch %d) was deposed", self.node_id,
-                        self.controller.epoch)  # fmt: skip
+            log.warning("controller %d (epoch %d) was deposed", self.node_id, self.controller.epoch)
             return False
         live = [b.node_id for b in await self.coord.brokers()]
         current = await read_assignments(self.coord)
@@ -78,12 +77,21 @@ class ControllerRole:
             return True
         puts = {_partition_key(self.coord, p): a.to_json() for p, a in changes.items()}
         if not await self.coord.fenced_all(self.controller.epoch, puts):
-            log.warning("controller %d (epoch %d) was deposed; its assignments were refused",
-                        self.node_id, self.controller.epoch)  # fmt: skip
+            log.warning(
+                "controller %d (epoch %d) was deposed; its assignments were refused",
+                self.node_id,
+                self.controller.epoch,
+            )
             return False
         for p, a in sorted(changes.items()):
-            log.info("controller %d: %s-%d led by %d at epoch %d", self.node_id, p[0], p[1],
-                     a.leader, a.leader_epoch)  # fmt: skip
+            log.info(
+                "controller %d: %s-%d led by %d at epoch %d",
+                self.node_id,
+                p[0],
+                p[1],
+                a.leader,
+                a.leader_epoch,
+            )
         self.moves += sorted(changes.items())
         return True
 

@@ -77,10 +77,15 @@ class BrokerInfo:
         return self.host, self.port
 
     def to_json(self) -> bytes:
-        return json.dumps({
-            "node_id": self.node_id, "host": self.host, "port": self.port, "rack": self.rack,
-            "endpoints": [list(e) for e in self.endpoints],
-        }).encode()  # fmt: skip
+        return json.dumps(
+            {
+                "node_id": self.node_id,
+                "host": self.host,
+                "port": self.port,
+                "rack": self.rack,
+                "endpoints": [list(e) for e in self.endpoints],
+            }
+        ).encode()
 
     @classmethod
     def from_json(cls, data: bytes) -> BrokerInfo:
@@ -105,9 +110,13 @@ class Coordination:
     or just the endpoints (plain http, no authentication)."""
 
     def __init__(
-        self, etcd: EtcdSettings | str, *, cluster: str = "default", lease_ttl_ms: int = 3000,
+        self,
+        etcd: EtcdSettings | str,
+        *,
+        cluster: str = "default",
+        lease_ttl_ms: int = 3000,
         timeout_s: float = 2.0,
-    ) -> None:  # fmt: skip
+    ) -> None:
         self.settings = etcd if isinstance(etcd, EtcdSettings) else EtcdSettings(etcd)
         self.endpoints = self.settings.addresses
         if lease_ttl_ms < 1000:
@@ -227,8 +236,11 @@ class Coordination:
             except Exception as e:  # any failure to refresh counts towards the TTL
                 log.warning("etcd lease refresh failed: %s", e)
                 if loop.time() - last_ok >= self.ttl_s:
-                    log.warning("etcd lease %x: no refresh for %.1f s: taken as lost",
-                                lease.id, loop.time() - last_ok)  # fmt: skip
+                    log.warning(
+                        "etcd lease %x: no refresh for %.1f s: taken as lost",
+                        lease.id,
+                        loop.time() - last_ok,
+                    )
                     self.lease_lost.set()
                     return
                 continue

@@ -84,26 +84,39 @@ class EtcdSettings:
         if schemes >= {"http", "https"}:
             raise ValueError(f"etcd endpoints {self.endpoints}: all http or all https")
         if "http" in schemes and (self.ca_file or self.cert_file):
-            raise ValueError(f"etcd endpoints {self.endpoints} are http: a CA or client "
-                             "certificate needs https (or no scheme)")  # fmt: skip
+            raise ValueError(
+                f"etcd endpoints {self.endpoints} are http: a CA or client "
+                "certificate needs https (or no scheme)"
+            )
         if bool(self.cert_file) != bool(self.key_file):
             raise ValueError("etcd_cert_file and etcd_key_file go together (mutual TLS)")
         if self.user and self.password is None:
-            raise ValueError(f"etcd user {self.user!r} needs a password: etcd_password_file "
-                             f"or the environment variable {PASSWORD_ENV}")  # fmt: skip
+            raise ValueError(
+                f"etcd user {self.user!r} needs a password: etcd_password_file "
+                f"or the environment variable {PASSWORD_ENV}"
+            )
         if self.password is not None and not self.user:
             raise ValueError("an etcd password needs etcd_user")
-        for what, path in (("etcd_ca_file", self.ca_file), ("etcd_cert_file", self.cert_file),
-                           ("etcd_key_file", self.key_file)):  # fmt: skip
+        for what, path in (
+            ("etcd_ca_file", self.ca_file),
+            ("etcd_cert_file", self.cert_file),
+            ("etcd_key_file", self.key_file),
+        ):
             if path and not os.path.isfile(path):
                 raise ValueError(f"{what} {path}: no such file")
 
     @classmethod
     def from_options(
-        cls, endpoints: str, *, ca_file: str | None = None, cert_file: str | None = None,
-        key_file: str | None = None, user: str | None = None,
-        password_file: str | None = None, environ: Mapping[str, str] | None = None,
-    ) -> EtcdSettings:  # fmt: skip
+        cls,
+        endpoints: str,
+        *,
+        ca_file: str | None = None,
+        cert_file: str | None = None,
+        key_file: str | None = None,
+        user: str | None = None,
+        password_file: str | None = None,
+        environ: Mapping[str, str] | None = None,
+    ) -> EtcdSettings:
         """The settings of the ``--etcd-*`` options (``etcd_*`` TOML keys), the password
         read from ``password_file`` or ``SPARKLOG_ETCD_PASSWORD`` (only if ``user``)."""
         env = os.environ if environ is None else environ
@@ -144,9 +157,13 @@ class EtcdSettings:
     def client(self, host: str, port: int, timeout_s: float) -> aetcd.Client:
         """An unconnected aetcd client of one endpoint (``connect()`` authenticates)."""
         return EtcdClient(
-            self.credentials(), host=host, port=port, username=self.user,
-            password=self.password, timeout=timeout_s,
-        )  # fmt: skip
+            self.credentials(),
+            host=host,
+            port=port,
+            username=self.user,
+            password=self.password,
+            timeout=timeout_s,
+        )
 
 
 class EtcdClient(aetcd.Client):  # type: ignore[misc]  # aetcd has no type hints
@@ -192,17 +209,29 @@ class EtcdClient(aetcd.Client):  # type: ignore[misc]  # aetcd has no type hints
 # what etcd and gRPC say when retrying cannot help: (a word in the message, what it means)
 _REFUSALS = (
     ("CERTIFICATE_VERIFY_FAILED", "etcd's server certificate is not trusted by etcd_ca_file"),
-    ("handshake failed", "the TLS handshake failed (check etcd_ca_file against etcd's "
-                         "server certificate, and that etcd speaks TLS)"),
-    ("TSI_DATA_CORRUPTED", "etcd closed the TLS connection: it wants a client certificate "
-                           "it trusts (etcd_cert_file, etcd_key_file)"),
-    ("authentication failed", "etcd refused the user or password (etcd_user, "
-                              "etcd_password_file or SPARKLOG_ETCD_PASSWORD)"),
+    (
+        "handshake failed",
+        "the TLS handshake failed (check etcd_ca_file against etcd's "
+        "server certificate, and that etcd speaks TLS)",
+    ),
+    (
+        "TSI_DATA_CORRUPTED",
+        "etcd closed the TLS connection: it wants a client certificate "
+        "it trusts (etcd_cert_file, etcd_key_file)",
+    ),
+    (
+        "authentication failed",
+        "etcd refused the user or password (etcd_user, "
+        "etcd_password_file or SPARKLOG_ETCD_PASSWORD)",
+    ),
     ("user name is empty", "etcd has authentication enabled: give etcd_user and a password"),
-    ("permission denied", "the etcd user (or the client certificate's common name) has "
-                          "no permission on the cluster's keys"),
+    (
+        "permission denied",
+        "the etcd user (or the client certificate's common name) has "
+        "no permission on the cluster's keys",
+    ),
     ("authentication is not enabled", "etcd has authentication disabled: drop etcd_user"),
-)  # fmt: skip
+)
 
 
 def refusal(error: BaseException) -> str | None:
