@@ -2,9 +2,9 @@
 partition logs. The one place that picks backends: ``filesystem_for`` (a path or URI to a
 ``FileSystem``) and ``Storage.leases`` (the root's ``LeaseStore``).
 
-``uri`` is the root as given (a local path or a ``pyarrow.fs`` URI); ``root`` is the path
-inside ``fs``. Executors (Spark tasks) must be given ``executor_root``: the absolute path of
-a local root, the URI otherwise.
+``uri`` is the root as given (a local path, ``s3://bucket/prefix`` for the S3 backend, or
+another ``pyarrow.fs`` URI); ``root`` is the path inside ``fs``. Executors (Spark tasks)
+must be given ``executor_root``: the absolute path of a local root, the URI otherwise.
 
 Leases of a root on a local disk live in the root itself (``<root>/.lock``,
 ``<root>/topics/<topic>/.compaction.lock``). A root elsewhere (an object store, HDFS) keeps
@@ -19,7 +19,7 @@ import os
 import tempfile
 from typing import Any
 
-from sparklog.errors import NoStorageError
+from sparklog.errors import NoStorageError, ObjectStoreError
 from sparklog.storage import names
 from sparklog.storage.fs import FileSystem
 from sparklog.storage.fs.local import LocalFileSystem
@@ -38,6 +38,18 @@ def filesystem_for(uri_or_path: str) -> tuple[FileSystem, str]:
     if "://" not in uri_or_path or uri_or_path.startswith("file://"):
         path = uri_or_path.removeprefix("file://")
         return LocalFileSystem(), os.path.abspath(path)
+    if uri_or_path.startswith("s3://"):
+        # S3 through obstore (the s3 extra): its conditional PUT makes create_exclusive
+        # atomic across hosts, which pyarrow's S3FileSystem cannot (fs/s3.py)
+        try:
+            from sparklog.storage.fs.s3 import S3FileSystem
+        except ModuleNotFoundError as e:
+            if e.name != "obstore":
+                raise
+            raise ObjectStoreError(
+                f"{uri_or_path}: s3:// storage roots need obstore: pip install 'sparklog[s3]'"
+            ) from None
+        return S3FileSystem.from_uri(uri_or_path)
     import pyarrow.fs as pafs
 
     from sparklog.storage.fs.arrow import ArrowFileSystem
