@@ -286,3 +286,52 @@ def test_errors_with_their_own_arguments_survive_pickling() -> None:
     assert (str(failed), failed.code) == ("Produce t-0: 10 (too big)", 10)
     registry = pickle.loads(pickle.dumps(SchemaRegistryError("no such", status=404, code=40401)))
     assert (str(registry), registry.status, registry.code) == ("no such", 404, 40401)
+
+
+#: how the file names of a storage root end (``sparklog/storage/names.py``)
+STORAGE_SUFFIXES = (".parquet", ".arrow", ".index", ".timeindex", ".checkpoint", ".lock", ".json")
+#: names and prefixes of a storage root's files and directories, as names.py spells them
+STORAGE_NAMES = (".leases", ".tmp-", "topic-defaults", ".export-tmp-", "manifest/", "meta/")
+#: literals that end like a storage file but name no file of a storage root, and why
+NOT_STORAGE_NAMES = {
+    # the Spark sink's state under the query's checkpoint location
+    ("sparklog/datasource/sink_state.py", "identity.json"),
+    ("sparklog/datasource/writer.py", ".json"),
+    # the part files Spark's Parquet writer leaves in an export's output directory
+    ("sparklog/export/sinks.py", ".parquet"),
+}
+
+
+def _docstrings(tree: ast.Module) -> set[int]:
+    """The ids of ``tree``'s docstring nodes (prose may name files; only code builds them)."""
+    out: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
+            first = node.body[0] if node.body else None
+            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
+                out.add(id(first.value))
+    return out
+
+
+def test_storage_file_names_are_built_in_names_py_only() -> None:
+    """Every name of a storage root's files is built and parsed in
+    ``sparklog/storage/names.py`` (docs/ARCHITECTURE.md): no other module's code holds a
+    string that ends with a storage file suffix or spells a storage directory or prefix
+    (an f-string's literal parts count; docstrings and comments do not)."""
+    names_py = PACKAGE / "storage" / "names.py"
+    found = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        if path == names_py:
+            continue
+        where = str(path.relative_to(PACKAGE.parent))
+        tree = ast.parse(path.read_text())
+        prose = _docstrings(tree)
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.Constant) or not isinstance(node.value, str):
+                continue
+            text = node.value
+            if id(node) in prose or (where, text) in NOT_STORAGE_NAMES:
+                continue
+            if text.endswith(STORAGE_SUFFIXES) or any(n in text for n in STORAGE_NAMES):
+                found.append(f"{where}:{node.lineno}: {text!r}")
+    assert not found, found
