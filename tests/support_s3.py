@@ -8,7 +8,9 @@ AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY (``weed mini`` makes them its admin id
 ``env()`` gives a client the same credentials and the endpoint as the standard ``AWS_*``
 variables. ``-s3.autoCreateBucket=false`` makes a write to a missing bucket fail as it does
 on AWS instead of creating the bucket. ``stop()`` ends the process group (SIGTERM, then
-SIGKILL after a grace period), so nothing is left running.
+SIGKILL after a grace period), so nothing is left running; and the child asks the kernel to
+SIGKILL it if the test process dies first (``PR_SET_PDEATHSIG``), so a crashed run leaves no
+server behind either.
 
 Kept out of the package: only tests and benchmarks start object stores.
 """
@@ -27,6 +29,8 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+
+from sparklog.demo.processes import die_with_parent
 
 ACCESS_KEY = "sparklog-test"
 SECRET_KEY = "sparklog-test-secret"
@@ -140,6 +144,7 @@ class SeaweedS3:
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
+                preexec_fn=die_with_parent,
             )
         try:
             self._wait_ready(timeout_s)

@@ -22,6 +22,7 @@ import obstore
 import pytest
 from obstore.store import S3Store
 
+from sparklog.demo.processes import die_with_parent
 from sparklog.errors import ObjectStoreError
 from sparklog.storage.fs.s3 import DIR_MARKER, S3FileSystem, settings_from_env
 from sparklog.storage.store import Storage, filesystem_for
@@ -78,14 +79,21 @@ def test_create_exclusive_race_between_processes_has_one_winner_per_key(
             env=env,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
+            preexec_fn=die_with_parent,
         )
         for w in range(writers)
     ]
     won: dict[int, list[int]] = {}
-    for w, child in enumerate(children):
-        out, err = child.communicate(timeout=300)
-        assert child.returncode == 0, err.decode()
-        won[w] = json.loads(out)
+    try:
+        for w, child in enumerate(children):
+            out, err = child.communicate(timeout=300)
+            assert child.returncode == 0, err.decode()
+            won[w] = json.loads(out)
+    finally:
+        for child in children:
+            if child.poll() is None:
+                child.kill()
+                child.wait()
     wins = Counter(k for ks in won.values() for k in ks)
     assert {k: wins[k] for k in range(keys) if wins[k] != 1} == {}, won
     fs, root = S3FileSystem.from_uri(uri, environ=s3_server.env())
