@@ -1,7 +1,8 @@
 """The filesystem seam: everything storage does to files goes through ``FileSystem``.
 
 One module per backend (``local`` for POSIX disks with real fsync and atomic
-create-if-absent, ``arrow`` for any ``pyarrow.fs`` filesystem: S3, GCS, HDFS, in-memory);
+create-if-absent, ``s3`` for ``s3://`` roots with atomic create-if-absent by conditional PUT,
+``arrow`` for any other ``pyarrow.fs`` filesystem: GCS, HDFS, in-memory);
 ``sparklog.storage.store.filesystem_for`` picks one for a root. One contract test suite
 (tests/storage/test_fs_contract.py) runs against every backend.
 
