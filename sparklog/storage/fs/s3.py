@@ -170,6 +170,10 @@ class S3FileSystem(FileSystem):
         region: str | None = None,
         environ: Mapping[str, str] | None = None,
     ) -> None:
+        """``endpoint`` and ``region`` override what the ``AWS_*`` variables say; those and
+        the credentials are read from ``environ`` (default: the process's environment).
+        obstore itself still falls back to the process's environment for anything neither
+        gives (an instance role, for one)."""
         found = settings_from_env(environ)
         self.bucket = bucket
         self.endpoint = endpoint or found["endpoint"]
