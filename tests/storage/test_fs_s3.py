@@ -1,8 +1,9 @@
 """The S3 backend (sparklog/storage/fs/s3.py) on a real S3 server: SeaweedFS 4.48, started by
 the ``s3_server`` fixture. The filesystem contract runs on it in test_fs_contract.py; here are
-what only S3 has: create-if-absent raced by processes, the in-bucket layout, endpoint and
-credentials from the ``AWS_*`` variables, and the errors of a wrong endpoint, a missing
-bucket and refused credentials. Each test works under a prefix of its own.
+what only S3 has: create-if-absent raced by processes, the storage code's commit and reader
+on the backend, the in-bucket layout, endpoint and credentials from the ``AWS_*`` variables,
+and the errors of a wrong endpoint, a missing bucket and refused credentials. Each test
+works under a prefix of its own.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from obstore.store import S3Store
 from sparklog.demo.processes import die_with_parent
 from sparklog.errors import ObjectStoreError
 from sparklog.storage.fs.s3 import DIR_MARKER, S3FileSystem, settings_from_env
+from sparklog.storage.records import make_records
 from sparklog.storage.store import Storage, filesystem_for
 from sparklog.storage.versioned import VersionedFiles
 
@@ -114,6 +116,38 @@ def test_versioned_files_commit_on_s3(s3_server: SeaweedS3) -> None:
     assert not fs.create_exclusive(versions.path(1), b'{"v": "late"}')
     assert versions.versions() == [0, 1]
     assert versions.latest() == (1, b'{"v": 1}')
+
+
+def test_a_storage_root_copied_to_s3_reads_back_through_the_storage_reader(
+    s3_server: SeaweedS3, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The storage code's own reader on the backend: a log written on a local disk (sealed
+    Parquet segments, manifests, checkpoints, the active segment), its files copied to S3
+    object by object, reads back the same records from ``s3://``."""
+    local = Storage(str(tmp_path / "data"))
+    local.topics.create("t", 1, {"segment.bytes": "2048"})
+    log = local.open_log("t", 0)
+    expected = []
+    try:
+        for i in range(10):
+            values = [b"v%d-%d" % (i, j) for j in range(20)]
+            log.append(make_records(values))
+            expected += values
+    finally:
+        log.close()
+    for name, value in s3_server.env().items():
+        monkeypatch.setenv(name, value)
+    remote = Storage(_root_uri(s3_server))
+    for directory, _, files in os.walk(local.root):
+        rel = os.path.relpath(directory, local.root)
+        target = remote.root if rel == "." else remote.fs.join(remote.root, rel)
+        remote.fs.makedirs(target)
+        for f in files:
+            remote.fs.write_atomic(remote.fs.join(target, f), Path(directory, f).read_bytes())
+    assert remote.require().topics.list() == ["t"]
+    view = remote.reader("t", 0).view()
+    assert sum(1 for s in view.manifest.segments if s.sealed) >= 2
+    assert [v for b in view.batches(0) for v in b["value"].to_pylist()] == expected
 
 
 # ---------------------------------------------------------------------------- layout
