@@ -74,11 +74,11 @@ def test_create_exclusive_race_between_processes_has_one_winner_per_key(
     check-then-write) gave keys two winners when tried here."""
     uri, writers, keys = _root_uri(s3_server), 4, 16
     env = {**os.environ, **s3_server.env(), "PYTHONPATH": str(REPO)}
-    start_at = time.time() + 3.0  # the children's imports take about a second under load
     children = [
         subprocess.Popen(
-            [sys.executable, str(RACE_CHILD), uri, str(w), str(keys), str(start_at)],
+            [sys.executable, str(RACE_CHILD), uri, str(w), str(keys)],
             env=env,
+            stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             preexec_fn=die_with_parent,
@@ -87,6 +87,13 @@ def test_create_exclusive_race_between_processes_has_one_winner_per_key(
     ]
     won: dict[int, list[int]] = {}
     try:
+        for child in children:  # every writer has imported and opened the root
+            assert child.stdout is not None
+            assert child.stdout.readline() == b"READY\n"
+        for child in children:  # then all start at once
+            assert child.stdin is not None
+            child.stdin.write(b"GO\n")
+            child.stdin.flush()
         for w, child in enumerate(children):
             out, err = child.communicate(timeout=300)
             assert child.returncode == 0, err.decode()
