@@ -96,10 +96,12 @@ class OffsetStore:
         loaded = 0
         for batch in plog.batches(plog.log_start_offset):
             for key, value, pid, attrs in zip(
-                batch.column("key").to_pylist(), batch.column("value").to_pylist(),
-                batch.column("producer_id").to_pylist(), batch.column("attributes").to_pylist(),
+                batch.column("key").to_pylist(),
+                batch.column("value").to_pylist(),
+                batch.column("producer_id").to_pylist(),
+                batch.column("attributes").to_pylist(),
                 strict=True,
-            ):  # fmt: skip
+            ):
                 if attrs & CONTROL:
                     self.complete_txn(partition, pid, control_type(key) == CONTROL_COMMIT)
                 elif attrs & TRANSACTIONAL:
@@ -168,17 +170,21 @@ class OffsetStore:
             return
         v = json.loads(value)
         group_offsets[(topic, int(partition))] = Committed(
-            int(v["offset"]), int(v.get("leader_epoch", -1)), v.get("metadata"),
+            int(v["offset"]),
+            int(v.get("leader_epoch", -1)),
+            v.get("metadata"),
             int(v.get("commit_ms", 0)),
-        )  # fmt: skip
+        )
 
     @staticmethod
     def _batch(records: Sequence[tuple[bytes, bytes | None]]) -> pa.RecordBatch:
         return pa.RecordBatch.from_arrays(
-            [pa.array([k for k, _ in records], pa.binary()),
-             pa.array([v for _, v in records], pa.binary())],
+            [
+                pa.array([k for k, _ in records], pa.binary()),
+                pa.array([v for _, v in records], pa.binary()),
+            ],
             names=["key", "value"],
-        )  # fmt: skip
+        )
 
     async def _write(self, group: str, records: Sequence[tuple[bytes, bytes | None]]) -> None:
         handle = self.manager.partition(OFFSETS_TOPIC, offsets_partition(group))

@@ -38,24 +38,27 @@ generation (ILLEGAL_GENERATION), and commits during CompletingRebalance get
 REBALANCE_IN_PROGRESS. As in Kafka's classic protocol, ownership of the committed partition
 is not checked. Committed offsets live in
 ``sparklog.broker.coordinators.group_offsets.OffsetStore``. Refusals raise a
-``sparklog.errors.GroupError`` subclass; ``sparklog.broker.errors`` maps it to its code.
-All of this runs on the broker's event loop; no locks.
+``sparklog.errors.GroupError`` subclass (a JoinGroup answered later carries it in its
+``JoinResult``); the protocol front maps it to its Kafka code. The group's state and the
+JoinGroup values live in ``group_state``. All of this runs on the broker's event loop; no
+locks.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import struct
 import time
 import uuid
-from dataclasses import dataclass, field
-from enum import Enum
-from typing import Any
 
-from kio.schema.errors import ErrorCode
-
-from sparklog.broker.errors import error_code
+from sparklog.broker.coordinators.group_state import (
+    Group,
+    JoinedMember,
+    JoinRequest,
+    JoinResult,
+    Member,
+    State,
+)
 from sparklog.errors import (
     FencedInstanceIdError,
     GroupError,
@@ -69,87 +72,6 @@ from sparklog.errors import (
 )
 
 log = logging.getLogger(__name__)
-
-
-class State(Enum):
-    EMPTY = "Empty"
-    PREPARING = "PreparingRebalance"
-    COMPLETING = "CompletingRebalance"
-    STABLE = "Stable"
-    DEAD = "Dead"
-
-
-@dataclass
-class Member:
-    member_id: str
-    group_instance_id: str | None
-    client_id: str
-    client_host: str
-    session_timeout_ms: int
-    rebalance_timeout_ms: int
-    protocol_type: str
-    protocols: list[tuple[str, bytes]]
-    assignment: bytes = b""
-    expiry: asyncio.TimerHandle | None = None  # the session timer (see the module docstring)
-    join_future: asyncio.Future[dict[str, Any]] | None = None
-    sync_future: asyncio.Future[bytes] | None = None
-
-    def metadata_for(self, protocol: str) -> bytes:
-        return next((m for n, m in self.protocols if n == protocol), b"")
-
-    def subscribed_topics(self, protocol: str) -> set[str]:
-        """The topics of this member's consumer-protocol subscription (Kafka's
-        ``ConsumerProtocolSubscription``: version i16, then topics as an i32 count of i16
-        length-prefixed strings, in every version); empty if it does not parse."""
-        data = self.metadata_for(protocol)
-        try:
-            (count,) = struct.unpack_from(">i", data, 2)
-            pos, topics = 6, set()
-            for _ in range(max(count, 0)):
-                (n,) = struct.unpack_from(">h", data, pos)
-                topics.add(data[pos + 2 : pos + 2 + n].decode())
-                pos += 2 + n
-            return topics
-        except (struct.error, UnicodeDecodeError):
-            return set()
-
-
-@dataclass
-class Group:
-    group_id: str
-    state: State = State.EMPTY
-    generation: int = 0
-    protocol_type: str | None = None
-    protocol_name: str | None = None
-    leader_id: str | None = None
-    members: dict[str, Member] = field(default_factory=dict)
-    pending_ids: dict[str, asyncio.TimerHandle] = field(default_factory=dict)  # -> its expiry
-    static: dict[str, str] = field(default_factory=dict)
-    rebalance_task: asyncio.Task[None] | None = None
-
-    def subscribed_topics(self) -> set[str]:
-        """Topics the members of a non-empty consumer group subscribe to (OffsetDelete
-        refuses their offsets: GROUP_SUBSCRIBED_TO_TOPIC)."""
-        if self.state == State.EMPTY or self.protocol_type != "consumer":
-            return set()
-        out: set[str] = set()
-        for m in self.members.values():
-            out |= m.subscribed_topics(self.protocol_name or "")
-        return out
-
-
-@dataclass(frozen=True)
-class JoinRequest:
-    group_id: str
-    member_id: str
-    group_instance_id: str | None
-    client_id: str
-    client_host: str
-    session_timeout_ms: int
-    rebalance_timeout_ms: int
-    protocol_type: str
-    protocols: list[tuple[str, bytes]]
-    requires_known_member_id: bool
 
 
 class GroupCoordinator:
@@ -193,7 +115,7 @@ class GroupCoordinator:
 
     # ------------------------------------------------------------------ join
 
-    async def join(self, req: JoinRequest) -> dict[str, Any]:
+    async def join(self, req: JoinRequest) -> JoinResult:
         if not req.group_id:
             raise InvalidGroupIdError("group id is empty")
         if not self.min_session_ms <= req.session_timeout_ms <= self.max_session_ms:
@@ -245,7 +167,7 @@ class GroupCoordinator:
                 group.pending_ids[member_id] = asyncio.get_running_loop().call_later(
                     req.session_timeout_ms / 1000, self._pending_expired, group, member_id
                 )
-                return self._join_error(ErrorCode.member_id_required, member_id)
+                return JoinResult(member_id, member_id_required=True)
         elif member_id not in group.members and member_id not in group.pending_ids:
             raise UnknownMemberIdError(f"group {req.group_id!r} has no member {member_id!r}")
         member = group.members.get(member_id)
@@ -254,10 +176,15 @@ class GroupCoordinator:
         self._drop_pending(group, member_id)
         if member is None:
             member = Member(
-                member_id, req.group_instance_id, req.client_id, req.client_host,
-                req.session_timeout_ms, req.rebalance_timeout_ms, req.protocol_type,
+                member_id,
+                req.group_instance_id,
+                req.client_id,
+                req.client_host,
+                req.session_timeout_ms,
+                req.rebalance_timeout_ms,
+                req.protocol_type,
                 list(req.protocols),
-            )  # fmt: skip
+            )
             group.members[member_id] = member
         member.protocols = list(req.protocols)
         member.session_timeout_ms = req.session_timeout_ms
@@ -266,7 +193,7 @@ class GroupCoordinator:
         group.protocol_type = req.protocol_type
         if member.join_future is not None and not member.join_future.done():
             member.join_future.cancel()
-        fut: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        fut: asyncio.Future[JoinResult] = asyncio.get_running_loop().create_future()
         member.join_future = fut
         # a new member, changed metadata, the leader's rejoin in a Stable group, or any
         # join during PreparingRebalance (see _unchanged_rejoin for the others)
@@ -297,16 +224,23 @@ class GroupCoordinator:
 
     def _replace_static_member(
         self, group: Group, old: str, member_id: str, req: JoinRequest
-    ) -> dict[str, Any]:
+    ) -> JoinResult:
         prev = group.members.pop(old)
-        self._fail(prev, FencedInstanceIdError(
-            f"instance {req.group_instance_id!r} rejoined as {member_id!r}"
-        ))  # fmt: skip
+        self._fail(
+            prev,
+            FencedInstanceIdError(f"instance {req.group_instance_id!r} rejoined as {member_id!r}"),
+        )
         member = Member(
-            member_id, req.group_instance_id, req.client_id, req.client_host,
-            req.session_timeout_ms, req.rebalance_timeout_ms, req.protocol_type,
-            list(req.protocols), assignment=prev.assignment,
-        )  # fmt: skip
+            member_id,
+            req.group_instance_id,
+            req.client_id,
+            req.client_host,
+            req.session_timeout_ms,
+            req.rebalance_timeout_ms,
+            req.protocol_type,
+            list(req.protocols),
+            assignment=prev.assignment,
+        )
         group.members[member_id] = member
         self._touch(group, member)
         assert req.group_instance_id is not None
@@ -314,33 +248,34 @@ class GroupCoordinator:
         leader = group.leader_id == old
         if leader:
             group.leader_id = member_id
-        log.info("group %s: static member %s is back as %s (generation %d, no rebalance)",
-                 group.group_id, req.group_instance_id, member_id, group.generation)  # fmt: skip
+        log.info(
+            "group %s: static member %s is back as %s (generation %d, no rebalance)",
+            group.group_id,
+            req.group_instance_id,
+            member_id,
+            group.generation,
+        )
         # a returning leader learns the members but keeps the current assignment (KIP-814);
         # its SyncGroup in the Stable group returns what it had
         return self._joined(group, member_id, skip_assignment=leader)
 
-    def _joined(
-        self, group: Group, member_id: str, *, skip_assignment: bool = False
-    ) -> dict[str, Any]:
+    def _joined(self, group: Group, member_id: str, *, skip_assignment: bool = False) -> JoinResult:
         """The JoinGroup answer of ``member_id`` in the group's current generation; the
         leader's lists every member and its metadata for the chosen protocol."""
         protocol = group.protocol_name or ""
-        members = [
-            {"member_id": m.member_id, "group_instance_id": m.group_instance_id,
-             "metadata": m.metadata_for(protocol)}
+        members = tuple(
+            JoinedMember(m.member_id, m.group_instance_id, m.metadata_for(protocol))
             for m in group.members.values()
-        ] if member_id == group.leader_id else []  # fmt: skip
-        return {**self._join_error(ErrorCode.none, member_id),
-                "generation_id": group.generation, "protocol_type": group.protocol_type,
-                "protocol_name": group.protocol_name, "leader": group.leader_id,
-                "skip_assignment": skip_assignment, "members": members}  # fmt: skip
-
-    def _join_error(self, code: ErrorCode, member_id: str = "") -> dict[str, Any]:
-        """The answer of a JoinGroup refused with ``code``: no generation, protocol or leader."""
-        return {"throttle_time": 0, "error_code": code, "generation_id": -1,
-                "protocol_type": None, "protocol_name": None, "leader": "",
-                "skip_assignment": False, "member_id": member_id, "members": []}  # fmt: skip
+        )
+        return JoinResult(
+            member_id,
+            generation_id=group.generation,
+            protocol_type=group.protocol_type,
+            protocol_name=group.protocol_name,
+            leader=group.leader_id or "",
+            skip_assignment=skip_assignment,
+            members=members if member_id == group.leader_id else (),
+        )
 
     def _candidate_protocols(self, group: Group) -> set[str]:
         sets = [{n for n, _ in m.protocols} for m in group.members.values()]
@@ -386,8 +321,9 @@ class GroupCoordinator:
         delay_until = getattr(task, "delay_until", 0.0) if task is not None else 0.0
         if time.monotonic() < delay_until:
             return
-        waiting = [m for m in group.members.values()
-                   if m.join_future is None or m.join_future.done()]  # fmt: skip
+        waiting = [
+            m for m in group.members.values() if m.join_future is None or m.join_future.done()
+        ]
         if not waiting and not group.pending_ids:
             if (
                 group.rebalance_task is not None
@@ -412,9 +348,12 @@ class GroupCoordinator:
         group.state = State.COMPLETING
         log.info(
             "group %s: generation %d, %d members, protocol %s, leader %s",
-            group.group_id, group.generation, len(group.members), group.protocol_name,
+            group.group_id,
+            group.generation,
+            len(group.members),
+            group.protocol_name,
             group.leader_id,
-        )  # fmt: skip
+        )
         for mid, m in group.members.items():
             m.assignment = b""
             response = self._joined(group, mid)
@@ -450,8 +389,7 @@ class GroupCoordinator:
         ``validateMember`` does: an old member id of a static instance is fenced."""
         if instance_id is not None and group.static.get(instance_id, member_id) != member_id:
             raise FencedInstanceIdError(
-                f"group {group.group_id!r}: instance {instance_id!r} belongs to another "
-                "member now"
+                f"group {group.group_id!r}: instance {instance_id!r} belongs to another member now"
             )
         member = group.members.get(member_id)
         if member is None:
@@ -530,7 +468,7 @@ class GroupCoordinator:
 
     def _fail(self, m: Member, exc: GroupError) -> None:
         if m.join_future is not None and not m.join_future.done():
-            m.join_future.set_result(self._join_error(error_code(exc), m.member_id))
+            m.join_future.set_result(JoinResult(m.member_id, error=exc))
         self._fail_sync(m, exc)
 
     def _fail_sync(self, m: Member, exc: GroupError) -> None:

@@ -184,9 +184,10 @@ class TransactionCoordinator:
         if plog.high_watermark > plog.log_start_offset:
             for batch in plog.batches(plog.log_start_offset, columns=["offset", "key", "value"]):
                 for key, value in zip(
-                    batch.column("key").to_pylist(), batch.column("value").to_pylist(),
+                    batch.column("key").to_pylist(),
+                    batch.column("value").to_pylist(),
                     strict=True,
-                ):  # fmt: skip
+                ):
                     self._apply(key, value)
         for meta in list(self.txns.values()):
             if txn_partition(meta.transactional_id) == partition and meta.state in (
@@ -255,10 +256,12 @@ class TransactionCoordinator:
         meta = replace(meta, update_ms=_now_ms())
         handle = self.manager.partition(TXN_TOPIC, txn_partition(meta.transactional_id))
         batch = pa.RecordBatch.from_arrays(
-            [pa.array([_key(meta.transactional_id)], pa.binary()),
-             pa.array([meta.to_json()], pa.binary())],
+            [
+                pa.array([_key(meta.transactional_id)], pa.binary()),
+                pa.array([meta.to_json()], pa.binary()),
+            ],
             names=["key", "value"],
-        )  # fmt: skip
+        )
         result = handle.log.append(batch, durable=False)
         if durable:
             await self.manager.wait_durable(handle, result.last_offset + 1)
@@ -316,11 +319,16 @@ class TransactionCoordinator:
                     meta = TxnMeta(tid, await self.next_producer_id(), 0, timeout_ms)
                 else:
                     meta = replace(meta, producer_epoch=meta.producer_epoch + 1)
-            meta = replace(meta, timeout_ms=timeout_ms, state=EMPTY, partitions=frozenset(),
-                           start_ms=-1)  # fmt: skip
+            meta = replace(
+                meta, timeout_ms=timeout_ms, state=EMPTY, partitions=frozenset(), start_ms=-1
+            )
             meta = await self._persist(meta)
-            log.info("transactional id %r: producer %d epoch %d", tid, meta.producer_id,
-                     meta.producer_epoch)  # fmt: skip
+            log.info(
+                "transactional id %r: producer %d epoch %d",
+                tid,
+                meta.producer_id,
+                meta.producer_epoch,
+            )
             return meta.producer_id, meta.producer_epoch
 
     def check_partitions(self, partitions: Iterable[Partition]) -> dict[Partition, SparkLogError]:
@@ -408,8 +416,12 @@ class TransactionCoordinator:
             )
         )
         done = replace(meta, state=COMPLETE_COMMIT if commit else COMPLETE_ABORT)
-        log.info("transactional id %r: %s (%d partitions)", meta.transactional_id,
-                 done.state, len(meta.partitions))  # fmt: skip
+        log.info(
+            "transactional id %r: %s (%d partitions)",
+            meta.transactional_id,
+            done.state,
+            len(meta.partitions),
+        )
         # not awaited: lost in a crash, the Prepare* record before it finishes the markers
         # again (they change nothing twice); the id's next durable record syncs it anyway
         return await self._persist(done, durable=False)
@@ -424,23 +436,36 @@ class TransactionCoordinator:
                 try:
                     await self._finish(meta)
                 except (SparkLogError, OSError) as e:
-                    log.warning("transactional id %r: %s not completed yet: %s", tid,
-                                meta.state, e)  # fmt: skip
+                    log.warning("transactional id %r: %s not completed yet: %s", tid, meta.state, e)
 
     async def write_marker(
-        self, topic: str, partition: int, producer_id: int, epoch: int, commit: bool,
+        self,
+        topic: str,
+        partition: int,
+        producer_id: int,
+        epoch: int,
+        commit: bool,
         coordinator_epoch: int,
-    ) -> None:  # fmt: skip
+    ) -> None:
         """One marker, written here when this broker leads the partition, else by its
         leader (``remote_marker``)."""
         if self.manager.cluster and (topic, partition) not in self.manager.handles:
             if self.remote_marker is None:
                 raise InvalidTxnStateError(f"no way to reach the leader of {topic}-{partition}")
-            await self.remote_marker(topic, partition, producer_id, epoch, commit,
-                                     coordinator_epoch)  # fmt: skip
+            await self.remote_marker(
+                topic, partition, producer_id, epoch, commit, coordinator_epoch
+            )
             return
-        await write_local_marker(self.manager, self.offsets, topic, partition, producer_id,
-                                 epoch, commit, coordinator_epoch)  # fmt: skip
+        await write_local_marker(
+            self.manager,
+            self.offsets,
+            topic,
+            partition,
+            producer_id,
+            epoch,
+            commit,
+            coordinator_epoch,
+        )
 
     async def _expire_loop(self) -> None:
         while True:
@@ -462,8 +487,11 @@ class TransactionCoordinator:
                 return
             if _now_ms() - meta.start_ms <= meta.timeout_ms or not self.coordinates(tid):
                 return
-            log.info("transactional id %r: transaction expired after %d ms: aborted",
-                     tid, meta.timeout_ms)  # fmt: skip
+            log.info(
+                "transactional id %r: transaction expired after %d ms: aborted",
+                tid,
+                meta.timeout_ms,
+            )
             await self._end(meta, commit=False, bump=True)
 
     # ------------------------------------------------------------------ describe

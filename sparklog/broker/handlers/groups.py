@@ -14,7 +14,7 @@ from kio.schema.errors import ErrorCode
 from sparklog.broker.authorization import authorized_operations
 from sparklog.broker.context import RequestContext
 from sparklog.broker.coordinators.group_offsets import CommitEntry
-from sparklog.broker.coordinators.groups import JoinRequest
+from sparklog.broker.coordinators.group_state import JoinRequest, JoinResult
 from sparklog.broker.errors import error_code
 from sparklog.errors import GroupError, GroupNotFoundError, SparkLogError
 from sparklog.security.acls import AclOperation as Op
@@ -90,19 +90,26 @@ async def join_group(ctx: RequestContext, header: Any, req: Any) -> dict[str, An
     try:
         ctx.require(Op.READ, RT.GROUP, req.group_id)
         ctx.check_coordinator(req.group_id)
-        return await ctx.coordinator.join(join)
+        result = await ctx.coordinator.join(join)
     except GroupError as e:
-        return {
-            "throttle_time": 0,
-            "error_code": error_code(e),
-            "generation_id": -1,
-            "protocol_type": None,
-            "protocol_name": None,
-            "leader": "",
-            "skip_assignment": False,
-            "member_id": req.member_id or "",
-            "members": [],
-        }
+        result = JoinResult(req.member_id or "", error=e)
+    return _join_response(result)
+
+
+def _join_response(r: JoinResult) -> dict[str, Any]:
+    if r.member_id_required:
+        code = ErrorCode.member_id_required
+    else:
+        code = ErrorCode.none if r.error is None else error_code(r.error)
+    members = [
+        {"member_id": m.member_id, "group_instance_id": m.group_instance_id,
+         "metadata": m.metadata}
+        for m in r.members
+    ]  # fmt: skip
+    return {"throttle_time": 0, "error_code": code, "generation_id": r.generation_id,
+            "protocol_type": r.protocol_type, "protocol_name": r.protocol_name,
+            "leader": r.leader, "skip_assignment": r.skip_assignment,
+            "member_id": r.member_id, "members": members}  # fmt: skip
 
 
 async def sync_group(ctx: RequestContext, header: Any, req: Any) -> dict[str, Any]:

@@ -11,12 +11,11 @@ from __future__ import annotations
 
 import asyncio
 import struct
-from typing import Any
 
 import pytest
-from kio.schema.errors import ErrorCode
 
-from sparklog.broker.coordinators.groups import GroupCoordinator, JoinRequest, State
+from sparklog.broker.coordinators.group_state import JoinRequest, JoinResult, State
+from sparklog.broker.coordinators.groups import GroupCoordinator
 from sparklog.errors import (
     FencedInstanceIdError,
     IllegalGenerationError,
@@ -77,13 +76,13 @@ def coordinator(**kw: int) -> GroupCoordinator:
 async def stable_pair(c: GroupCoordinator) -> tuple[str, str]:
     """A Stable group of two members at generation 2: (leader, follower)."""
     first = await c.join(request())
-    leader = first["member_id"]
+    leader = first.member_id
     pending = asyncio.ensure_future(c.join(request()))
     await eventually(lambda: c.groups[GROUP].state == State.PREPARING, "the second join")
     again = asyncio.ensure_future(c.join(request(leader)))
     a, b = await asyncio.gather(again, pending)
-    assert a["generation_id"] == b["generation_id"] == 2
-    follower = b["member_id"]
+    assert a.generation_id == b.generation_id == 2
+    follower = b.member_id
     synced = asyncio.ensure_future(c.sync(GROUP, follower, None, 2, {}))
     await c.sync(GROUP, leader, None, 2, {leader: b"L", follower: b"F"})
     assert (await synced)[0] == b"F"
@@ -102,11 +101,11 @@ def test_join_without_member_id_v4_is_member_id_required() -> None:
     async def scenario() -> None:
         c = coordinator()
         answer = await c.join(request(v4=True))
-        assert answer["error_code"] == ErrorCode.member_id_required
-        assert answer["member_id"].startswith("client-")
+        assert answer.member_id_required and answer.error is None
+        assert answer.member_id.startswith("client-")
         group = c.groups[GROUP]
         assert group.state == State.EMPTY and not group.members
-        assert answer["member_id"] in group.pending_ids
+        assert answer.member_id in group.pending_ids
         await c.stop()
 
     run(scenario())
@@ -115,10 +114,10 @@ def test_join_without_member_id_v4_is_member_id_required() -> None:
 def test_pending_member_rejoins_with_its_id() -> None:
     async def scenario() -> None:
         c = coordinator()
-        given = (await c.join(request(v4=True)))["member_id"]
+        given = (await c.join(request(v4=True))).member_id
         answer = await c.join(request(given, v4=True))
-        assert answer["error_code"] == ErrorCode.none
-        assert answer["member_id"] == given and answer["leader"] == given
+        assert answer.error is None and not answer.member_id_required
+        assert answer.member_id == given and answer.leader == given
         assert not c.groups[GROUP].pending_ids
         await c.stop()
 
@@ -134,11 +133,11 @@ def test_first_join_completes_rebalance_to_completing() -> None:
         answer = await c.join(request())
         group = c.groups[GROUP]
         assert group.state == State.COMPLETING
-        assert answer["generation_id"] == group.generation == 1
-        assert answer["leader"] == answer["member_id"]
-        assert answer["protocol_name"] == "range"
-        assert [m["member_id"] for m in answer["members"]] == [answer["member_id"]]
-        assert answer["members"][0]["metadata"] == subscription("t")
+        assert answer.generation_id == group.generation == 1
+        assert answer.leader == answer.member_id
+        assert answer.protocol_name == "range"
+        assert [m.member_id for m in answer.members] == [answer.member_id]
+        assert answer.members[0].metadata == subscription("t")
         await c.stop()
 
     run(scenario())
@@ -147,12 +146,12 @@ def test_first_join_completes_rebalance_to_completing() -> None:
 def test_follower_join_answer_lists_no_members() -> None:
     async def scenario() -> None:
         c = coordinator()
-        leader = (await c.join(request()))["member_id"]
+        leader = (await c.join(request())).member_id
         pending = asyncio.ensure_future(c.join(request()))
         await eventually(lambda: c.groups[GROUP].state == State.PREPARING, "a rebalance")
         led, follows = await asyncio.gather(c.join(request(leader)), pending)
-        assert follows["leader"] == leader and follows["members"] == []
-        assert len(led["members"]) == 2
+        assert follows.leader == leader and follows.members == ()
+        assert len(led.members) == 2
         await c.stop()
 
     run(scenario())
@@ -229,9 +228,9 @@ def test_protocol_is_chosen_by_vote_among_common_ones() -> None:
         await eventually(lambda: c.groups[GROUP].state == State.PREPARING, "a rebalance")
         third = asyncio.ensure_future(c.join(request(protocols=[("range", b""), ("sticky", b"")])))
         await eventually(lambda: len(c.groups[GROUP].members) == 3, "the third join")
-        rejoin = c.join(request(first["member_id"], protocols=[("sticky", b""), ("range", b"")]))
+        rejoin = c.join(request(first.member_id, protocols=[("sticky", b""), ("range", b"")]))
         answers = await asyncio.gather(rejoin, second, third)
-        assert {a["protocol_name"] for a in answers} == {"range"}
+        assert {a.protocol_name for a in answers} == {"range"}
         await c.stop()
 
     run(scenario())
@@ -247,7 +246,7 @@ def test_initial_rebalance_delay_lands_members_in_one_generation() -> None:
         await asyncio.sleep(0.05)
         b = asyncio.ensure_future(c.join(request()))
         answers = await asyncio.gather(a, b)
-        assert [x["generation_id"] for x in answers] == [1, 1]
+        assert [x.generation_id for x in answers] == [1, 1]
         assert len(c.groups[GROUP].members) == 2
         await c.stop()
 
@@ -260,7 +259,7 @@ def test_initial_rebalance_delay_lands_members_in_one_generation() -> None:
 def test_leader_sync_makes_group_stable() -> None:
     async def scenario() -> None:
         c = coordinator()
-        me = (await c.join(request()))["member_id"]
+        me = (await c.join(request())).member_id
         assignment, group = await c.sync(GROUP, me, None, 1, {me: b"mine"})
         assert assignment == b"mine"
         assert group.state == State.STABLE
@@ -294,7 +293,7 @@ def test_sync_in_stable_group_returns_current_assignment() -> None:
 def test_sync_with_wrong_generation_is_illegal_generation() -> None:
     async def scenario() -> None:
         c = coordinator()
-        me = (await c.join(request()))["member_id"]
+        me = (await c.join(request())).member_id
         with pytest.raises(IllegalGenerationError):
             await c.sync(GROUP, me, None, 7, {})
         await c.stop()
@@ -333,11 +332,11 @@ def test_rebalance_fails_pending_follower_sync() -> None:
 
     async def scenario() -> None:
         c = coordinator()
-        leader = (await c.join(request()))["member_id"]
+        leader = (await c.join(request())).member_id
         pending = asyncio.ensure_future(c.join(request()))
         await eventually(lambda: c.groups[GROUP].state == State.PREPARING, "a rebalance")
         _, follows = await asyncio.gather(c.join(request(leader)), pending)
-        synced = asyncio.ensure_future(c.sync(GROUP, follows["member_id"], None, 2, {}))
+        synced = asyncio.ensure_future(c.sync(GROUP, follows.member_id, None, 2, {}))
         await asyncio.sleep(0.01)
         newcomer = asyncio.ensure_future(c.join(request()))
         with pytest.raises(RebalanceInProgressError):
@@ -412,7 +411,7 @@ def test_heartbeat_during_preparing_rebalance_is_rebalance_in_progress() -> None
 def test_heartbeat_during_completing_rebalance_is_accepted() -> None:
     async def scenario() -> None:
         c = coordinator()
-        me = (await c.join(request()))["member_id"]
+        me = (await c.join(request())).member_id
         assert c.groups[GROUP].state == State.COMPLETING
         c.heartbeat(GROUP, me, None, 1)
         await c.stop()
@@ -431,7 +430,7 @@ def test_follower_unchanged_rejoin_in_stable_group_does_not_rebalance() -> None:
         c = coordinator()
         leader, follower = await stable_pair(c)
         answer = await c.join(request(follower))
-        assert answer["generation_id"] == 2 and answer["leader"] == leader
+        assert answer.generation_id == 2 and answer.leader == leader
         assert c.groups[GROUP].state == State.STABLE
         await c.stop()
 
@@ -445,7 +444,7 @@ def test_leader_rejoin_in_stable_group_rebalances() -> None:
         rejoin = asyncio.ensure_future(c.join(request(leader)))
         await eventually(lambda: c.groups[GROUP].state == State.PREPARING, "a rebalance")
         answers = await asyncio.gather(rejoin, c.join(request(follower)))
-        assert [a["generation_id"] for a in answers] == [3, 3]
+        assert [a.generation_id for a in answers] == [3, 3]
         await c.stop()
 
     run(scenario())
@@ -476,7 +475,7 @@ def test_leave_rebalances_the_remaining_members() -> None:
         c.leave(GROUP, follower, None)
         assert c.groups[GROUP].state == State.PREPARING
         answer = await c.join(request(leader))
-        assert answer["generation_id"] == 3 and len(answer["members"]) == 1
+        assert answer.generation_id == 3 and len(answer.members) == 1
         await c.stop()
 
     run(scenario())
@@ -488,7 +487,7 @@ def test_leader_leaving_hands_leadership_on() -> None:
         leader, follower = await stable_pair(c)
         c.leave(GROUP, leader, None)
         answer = await c.join(request(follower))
-        assert answer["leader"] == follower
+        assert answer.leader == follower
         await c.stop()
 
     run(scenario())
@@ -500,7 +499,7 @@ def test_last_member_leaving_empties_the_group() -> None:
 
     async def scenario() -> None:
         c = coordinator()
-        me = (await c.join(request()))["member_id"]
+        me = (await c.join(request())).member_id
         await c.sync(GROUP, me, None, 1, {me: b""})
         c.leave(GROUP, me, None)
         group = c.groups[GROUP]
@@ -533,7 +532,7 @@ def test_leave_answers_a_pending_join_with_unknown_member() -> None:
         rejoin = asyncio.ensure_future(c.join(request(leader)))
         await eventually(lambda: c.groups[GROUP].state == State.PREPARING, "a rebalance")
         c.leave(GROUP, leader, None)
-        assert (await rejoin)["error_code"] == ErrorCode.unknown_member_id
+        assert isinstance((await rejoin).error, UnknownMemberIdError)
         await c.stop()
 
     run(scenario())
@@ -546,7 +545,7 @@ def test_session_timeout_removes_a_silent_member() -> None:
     async def scenario() -> None:
         c = coordinator()
         first = await c.join(request(session_ms=200))
-        me = first["member_id"]
+        me = first.member_id
         await c.sync(GROUP, me, None, 1, {me: b""})
         group = c.groups[GROUP]
         await eventually(lambda: me not in group.members, "the session to expire")
@@ -559,7 +558,7 @@ def test_session_timeout_removes_a_silent_member() -> None:
 def test_heartbeats_keep_a_member_alive() -> None:
     async def scenario() -> None:
         c = coordinator()
-        me = (await c.join(request(session_ms=300)))["member_id"]
+        me = (await c.join(request(session_ms=300))).member_id
         await c.sync(GROUP, me, None, 1, {me: b""})
         for _ in range(10):  # 1 s of heartbeats, over three session timeouts
             c.heartbeat(GROUP, me, None, 1)
@@ -573,18 +572,18 @@ def test_heartbeats_keep_a_member_alive() -> None:
 def test_session_timeout_of_a_follower_rebalances() -> None:
     async def scenario() -> None:
         c = coordinator()
-        leader = (await c.join(request(session_ms=30_000)))["member_id"]
+        leader = (await c.join(request(session_ms=30_000))).member_id
         pending = asyncio.ensure_future(c.join(request(session_ms=300)))
         await eventually(lambda: c.groups[GROUP].state == State.PREPARING, "a rebalance")
         _, follows = await asyncio.gather(c.join(request(leader, session_ms=30_000)), pending)
-        follower = follows["member_id"]
+        follower = follows.member_id
         synced = asyncio.ensure_future(c.sync(GROUP, follower, None, 2, {}))
         await c.sync(GROUP, leader, None, 2, {})
         await synced
         group = c.groups[GROUP]
         await eventually(lambda: follower not in group.members, "the follower's session")
         assert group.state == State.PREPARING
-        assert (await c.join(request(leader)))["generation_id"] == 3
+        assert (await c.join(request(leader))).generation_id == 3
         await c.stop()
 
     run(scenario())
@@ -596,7 +595,7 @@ def test_pending_member_id_expires() -> None:
 
     async def scenario() -> None:
         c = coordinator()
-        given = (await c.join(request(v4=True, session_ms=200)))["member_id"]
+        given = (await c.join(request(v4=True, session_ms=200))).member_id
         group = c.groups[GROUP]
         await eventually(lambda: given not in group.pending_ids, "the pending id to expire")
         with pytest.raises(UnknownMemberIdError):
@@ -617,7 +616,7 @@ def test_rebalance_timeout_drops_members_that_did_not_rejoin() -> None:
         group.members[leader].rebalance_timeout_ms = 300
         group.members[follower].rebalance_timeout_ms = 300
         answer = await c.join(request(leader, rebalance_ms=300, protocols=[("range", b"x")]))
-        assert answer["generation_id"] == 3
+        assert answer.generation_id == 3
         assert list(group.members) == [leader]
         await c.stop()
 
@@ -631,9 +630,9 @@ def test_static_member_gets_instance_prefixed_id() -> None:
     async def scenario() -> None:
         c = coordinator()
         answer = await c.join(request(instance="i1", v4=True))
-        assert answer["error_code"] == ErrorCode.none
-        assert answer["member_id"].startswith("i1-")
-        assert c.groups[GROUP].static == {"i1": answer["member_id"]}
+        assert answer.error is None and not answer.member_id_required
+        assert answer.member_id.startswith("i1-")
+        assert c.groups[GROUP].static == {"i1": answer.member_id}
         await c.stop()
 
     run(scenario())
@@ -645,17 +644,17 @@ def test_static_member_restart_into_stable_group_keeps_generation() -> None:
 
     async def scenario() -> None:
         c = coordinator()
-        leader = (await c.join(request()))["member_id"]
+        leader = (await c.join(request())).member_id
         pending = asyncio.ensure_future(c.join(request(instance="i1")))
         await eventually(lambda: c.groups[GROUP].state == State.PREPARING, "a rebalance")
         _, follows = await asyncio.gather(c.join(request(leader)), pending)
-        old = follows["member_id"]
+        old = follows.member_id
         synced = asyncio.ensure_future(c.sync(GROUP, old, None, 2, {}))
         await c.sync(GROUP, leader, None, 2, {old: b"A"})
         await synced
         back = await c.join(request(instance="i1"))
-        new = back["member_id"]
-        assert new != old and back["generation_id"] == 2
+        new = back.member_id
+        assert new != old and back.generation_id == 2
         assert c.groups[GROUP].state == State.STABLE
         assert (await c.sync(GROUP, new, "i1", 2, {}))[0] == b"A"
         await c.stop()
@@ -668,11 +667,11 @@ def test_static_leader_restart_is_told_to_skip_assignment() -> None:
 
     async def scenario() -> None:
         c = coordinator()
-        me = (await c.join(request(instance="i1")))["member_id"]
+        me = (await c.join(request(instance="i1"))).member_id
         await c.sync(GROUP, me, "i1", 1, {me: b"A"})
         back = await c.join(request(instance="i1"))
-        assert back["skip_assignment"] is True and back["leader"] == back["member_id"]
-        assert len(back["members"]) == 1
+        assert back.skip_assignment is True and back.leader == back.member_id
+        assert len(back.members) == 1
         await c.stop()
 
     run(scenario())
@@ -684,7 +683,7 @@ def test_replaced_static_member_is_fenced() -> None:
 
     async def scenario() -> None:
         c = coordinator()
-        old = (await c.join(request(instance="i1")))["member_id"]
+        old = (await c.join(request(instance="i1"))).member_id
         await c.sync(GROUP, old, "i1", 1, {old: b"A"})
         await c.join(request(instance="i1"))
         with pytest.raises(FencedInstanceIdError):
@@ -720,7 +719,7 @@ def test_commit_without_generation_to_empty_group_is_accepted() -> None:
     async def scenario() -> None:
         c = coordinator()
         c.check_commit(GROUP, "", None, -1)
-        me = (await c.join(request()))["member_id"]
+        me = (await c.join(request())).member_id
         c.leave(GROUP, me, None)
         c.check_commit(GROUP, "", None, -1)
 
@@ -734,7 +733,7 @@ def test_commit_without_generation_but_with_member_id_to_empty_group_is_accepted
 
     async def scenario() -> None:
         c = coordinator()
-        me = (await c.join(request()))["member_id"]
+        me = (await c.join(request())).member_id
         c.leave(GROUP, me, None)
         c.check_commit(GROUP, me, None, -1)
 
@@ -749,7 +748,7 @@ def test_commit_of_replaced_static_member_is_fenced() -> None:
 
     async def scenario() -> None:
         c = coordinator()
-        old = (await c.join(request(instance="i1")))["member_id"]
+        old = (await c.join(request(instance="i1"))).member_id
         await c.sync(GROUP, old, "i1", 1, {old: b"A"})
         await c.join(request(instance="i1"))
         with pytest.raises(FencedInstanceIdError):
@@ -809,7 +808,7 @@ def test_commit_during_completing_rebalance_is_rebalance_in_progress() -> None:
 
     async def scenario() -> None:
         c = coordinator()
-        me = (await c.join(request()))["member_id"]
+        me = (await c.join(request())).member_id
         with pytest.raises(RebalanceInProgressError):
             c.check_commit(GROUP, me, None, 1)
         await c.stop()
@@ -847,15 +846,15 @@ def test_delete_of_non_empty_group_is_refused() -> None:
 def test_delete_of_empty_group_makes_it_dead_and_forgets_it() -> None:
     async def scenario() -> None:
         c = coordinator()
-        me = (await c.join(request()))["member_id"]
+        me = (await c.join(request())).member_id
         c.leave(GROUP, me, None)
         group = c.groups[GROUP]
         c.delete(GROUP)
         assert group.state == State.DEAD and GROUP not in c.groups
         with pytest.raises(UnknownMemberIdError):
             c.heartbeat(GROUP, me, None, 2)
-        answer: dict[str, Any] = await c.join(request())
-        assert answer["generation_id"] == 1  # a new group of that name starts over
+        answer: JoinResult = await c.join(request())
+        assert answer.generation_id == 1  # a new group of that name starts over
         await c.stop()
 
     run(scenario())
