@@ -18,6 +18,7 @@ Kept out of the package: only tests and benchmarks start object stores.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import shutil
 import signal
@@ -30,8 +31,6 @@ import urllib.error
 import urllib.request
 from collections.abc import Iterator
 
-from sparklog.demo.processes import die_with_parent
-
 ACCESS_KEY = "sparklog-test"
 SECRET_KEY = "sparklog-test-secret"
 REGION = "us-east-1"
@@ -39,6 +38,16 @@ REGION = "us-east-1"
 # server there whatever -admin.port.grpc says), so every HTTP port is taken with its twin
 _GRPC_OFFSET = 10000
 _PORT_RANGE = (20000, 50000)
+
+
+_PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent() -> None:
+    """Runs in a child between fork and exec: the kernel SIGKILLs it when its parent dies.
+    (The demo's process module has the same helper; it moves there with the test kit.)"""
+    if sys.platform.startswith("linux"):
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
 def weed_binary() -> str | None:

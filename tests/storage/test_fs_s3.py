@@ -23,14 +23,13 @@ import obstore
 import pytest
 from obstore.store import S3Store
 
-from sparklog.demo.processes import die_with_parent
 from sparklog.errors import ObjectStoreError
 from sparklog.storage.fs.s3 import DIR_MARKER, S3FileSystem, settings_from_env
 from sparklog.storage.records import make_records
 from sparklog.storage.store import Storage, filesystem_for
 from sparklog.storage.versioned import VersionedFiles
 
-from ..support_s3 import SeaweedS3
+from ..support_s3 import SeaweedS3, die_with_parent
 
 RACE_CHILD = Path(__file__).with_name("s3_race_child.py")
 REPO = Path(__file__).resolve().parents[2]
