@@ -16,8 +16,8 @@ demo: $(STAMP)
 	./spark-submit.sh demo
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check sparklog tests bench jobs
-	$(VENV)/bin/ruff format --check sparklog tests bench jobs
+	$(VENV)/bin/ruff check sparklog sparklog_testkit tests bench jobs
+	$(VENV)/bin/ruff format --check sparklog sparklog_testkit tests bench jobs
 
 typecheck: $(STAMP)
 	$(VENV)/bin/mypy sparklog

@@ -27,8 +27,8 @@ import uuid
 from pathlib import Path
 from types import TracebackType
 
-from sparklog.harness import die_with_parent
 from sparklog.jars import kafka_classpath
+from sparklog_testkit.processes import die_with_parent
 
 
 def _free_port() -> int:
@@ -67,7 +67,7 @@ class KafkaServer:
 
     def cpu_seconds(self) -> float:
         """CPU seconds the Kafka JVM has used so far (what ``BrokerProcess`` reports too)."""
-        from _broker import process_cpu_seconds
+        from _machine import process_cpu_seconds
 
         return process_cpu_seconds(self.pid)
 

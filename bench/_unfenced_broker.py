@@ -6,8 +6,8 @@ It builds the broker as ``sparklog broker start`` does, but in code, with
 ``Broker(config, ack_fence=False)`` (``sparklog.broker.server``): a cluster-mode broker
 then acknowledges writes without confirming its leader epoch in etcd, so a zombie could
 acknowledge writes its successor never holds. No setting or flag of sparklog turns the
-fence off; this script ships with the benchmarks, not with the package. The harness runs
-it with ``BrokerCluster(..., launcher=(path of this file,))`` (``sparklog.harness``).
+fence off; this script ships with the benchmarks, not with the package. The test kit runs
+it with ``BrokerCluster(..., launcher=(path of this file,))`` (``sparklog_testkit.processes``).
 """
 
 from __future__ import annotations
@@ -18,7 +18,8 @@ import sys
 from collections.abc import Sequence
 
 from sparklog.broker.server import run
-from sparklog.cli import broker_config, build_parser
+from sparklog.cli.broker import broker_config
+from sparklog.cli.command import build_parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:

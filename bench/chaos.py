@@ -1,7 +1,7 @@
 """Broker durability chaos at a larger size than the test suite runs it.
 
 The scenario and the checks are those of tests/broker/test_chaos.py (shared through
-tests/broker/chaos_helpers.py): idempotent acks=all confluent-kafka producers write to a
+sparklog_testkit/chaos.py): idempotent acks=all confluent-kafka producers write to a
 multi-partition topic while the broker process is SIGKILLed and restarted at random
 moments; afterwards storage must hold every acknowledged record exactly once, at its
 acknowledged offset, in each producer's send order, with dense offsets.
@@ -24,11 +24,7 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-
-from tests.broker.chaos_helpers import (  # noqa: E402
+from sparklog_testkit.chaos import (
     ChaosConfig,
     check_acknowledged_exactly_once,
     check_nothing_unsent,

@@ -11,7 +11,7 @@ Three parts, each in the same run:
    median of ``--trials`` runs. Then the same producer at a fixed ``--rate`` for
    ``--seconds``, recording each record's ack latency (delivery report time - send time,
    reports polled on their own thread): p50 and p99.
-2. **Failover**: 3 brokers, lease TTL ``--ttl-ms``; a workload (``sparklog.cluster.workload``)
+2. **Failover**: 3 brokers, lease TTL ``--ttl-ms``; a workload (``sparklog.demo.workload``)
    writes throughout while ``--faults`` faults happen one after another, cycling through:
    SIGKILL of a partition leader; SIGKILL of the controller; SIGSTOP of a leader past its
    lease, then SIGCONT (the zombie); SIGTERM of a leader (graceful). After each, the
@@ -19,7 +19,7 @@ Three parts, each in the same run:
    two consecutive acknowledged writes of a partition the victim led, around the fault
    (``Workload.longest_gap``; at ``--fault-rate`` a partition is acked every few ms).
 3. **The check**: every partition read from start to end, the history checked
-   (``sparklog.cluster.checker``): operations ok/failed/unknown and every anomaly count
+   (``sparklog.demo.checker``): operations ok/failed/unknown and every anomaly count
    (all must be 0); the times the fence refused acknowledgements (the brokers' "fence:
    ... acknowledgements refused" lines, one per partition and leader epoch a broker lost
    while it still held records to ack: zombie acks that never happened).
@@ -47,9 +47,9 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 
-from sparklog.cluster.checker import check
-from sparklog.cluster.workload import Workload
-from sparklog.harness import BrokerCluster, BrokerProcess, EtcdCluster
+from sparklog.demo.checker import check
+from sparklog.demo.workload import Workload
+from sparklog_testkit.processes import BrokerCluster, BrokerProcess, EtcdCluster
 
 TOPIC, PARTITIONS = "bench", 6
 VALUE = b"x" * 100

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from _broker import spark_session
+from _spark import spark_session
 
 from sparklog.compaction.compactor import compact
 from sparklog.storage import Storage, names

@@ -43,18 +43,10 @@ from dataclasses import dataclass
 
 import confluent_kafka
 import pyarrow as pa
-from _broker import (
-    BrokerProcess,
-    Profiler,
-    cleanup_on_signals,
-    fmt_table,
-    load_average,
-    self_cpu_seconds,
-    summarize_profile,
-    system_busy_seconds,
-    temp_dir,
-    wait_for_quiet,
-)
+from _broker import BrokerProcess, cleanup_on_signals, temp_dir
+from _machine import load_average, self_cpu_seconds, system_busy_seconds, wait_for_quiet
+from _profile import Profiler, summarize_profile
+from _tables import fmt_table
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 from produce import RECORD_PAYLOAD, TOPIC, create_topic, make_workload, produce_records
 

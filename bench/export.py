@@ -31,14 +31,10 @@ import time
 import uuid
 from collections.abc import Callable
 
-from _broker import (  # fmt: skip
-    cleanup_on_signals,
-    fmt_table,
-    load_average,
-    spark_session,
-    temp_dir,
-    wait_for_quiet,
-)
+from _broker import cleanup_on_signals, temp_dir
+from _machine import load_average, wait_for_quiet
+from _spark import spark_session
+from _tables import fmt_table
 from spark_read import TOPIC, write_topic
 
 
@@ -56,8 +52,8 @@ def main() -> int:
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     cleanup_on_signals()
 
+    from sparklog.cli.export import parse
     from sparklog.export.job import export
-    from sparklog.export.options import parse
 
     with temp_dir("sparklog-bench-export") as tmp:
         root = os.path.join(tmp, "data")

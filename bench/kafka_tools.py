@@ -36,8 +36,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from _broker import BrokerProcess, cleanup_on_signals, fmt_table, load_average, temp_dir
+from _broker import BrokerProcess, cleanup_on_signals, temp_dir
 from _kafka import KafkaServer
+from _machine import load_average
+from _tables import fmt_table
 from produce import create_topic
 
 from sparklog.jars import kafka_classpath

@@ -48,16 +48,10 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pyarrow as pa
-from _broker import (  # fmt: skip
-    BrokerProcess,
-    cleanup_on_signals,
-    fmt_table,
-    load_average,
-    percentile,
-    spark_session,
-    temp_dir,
-    wait_for_quiet,
-)
+from _broker import BrokerProcess, cleanup_on_signals, temp_dir
+from _machine import load_average, wait_for_quiet
+from _spark import spark_session
+from _tables import fmt_table, percentile
 from confluent_kafka import Producer
 from produce import create_topic
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition

@@ -29,7 +29,9 @@ import time
 import urllib.request
 
 import _charts
-from _broker import BrokerProcess, cleanup_on_signals, fmt_table, load_average, temp_dir
+from _broker import BrokerProcess, cleanup_on_signals, temp_dir
+from _machine import load_average
+from _tables import fmt_table
 from produce import (
     MIB,
     TOPIC,

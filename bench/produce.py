@@ -59,19 +59,10 @@ from typing import Any
 
 import confluent_kafka
 import pyarrow as pa
-from _broker import (
-    BrokerProcess,
-    Profiler,
-    cleanup_on_signals,
-    fmt_table,
-    load_average,
-    percentile,
-    self_cpu_seconds,
-    summarize_profile,
-    system_busy_seconds,
-    temp_dir,
-    wait_for_quiet,
-)
+from _broker import BrokerProcess, cleanup_on_signals, temp_dir
+from _machine import load_average, self_cpu_seconds, system_busy_seconds, wait_for_quiet
+from _profile import Profiler, summarize_profile
+from _tables import fmt_table, percentile
 from aiokafka.record.default_records import DefaultRecordBatchBuilder
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic

@@ -60,11 +60,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import confluent_kafka
-from _broker import cleanup_on_signals, fmt_table, temp_dir
+from _broker import cleanup_on_signals, temp_dir
+from _tables import fmt_table
 
-from sparklog.harness import die_with_parent
 from sparklog.storage import Storage, checkpoints, names
 from sparklog.storage.manifest import ManifestStore
+from sparklog_testkit.processes import die_with_parent
 
 HERE = Path(__file__).resolve().parents[1]
 TOPIC = "soak"

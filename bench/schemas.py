@@ -45,15 +45,10 @@ import uuid
 from typing import Any
 
 import pyarrow as pa
-from _broker import (  # fmt: skip
-    BrokerProcess,
-    cleanup_on_signals,
-    fmt_table,
-    load_average,
-    spark_session,
-    temp_dir,
-    wait_for_quiet,
-)
+from _broker import BrokerProcess, cleanup_on_signals, temp_dir
+from _machine import load_average, wait_for_quiet
+from _spark import spark_session
+from _tables import fmt_table
 
 from sparklog.storage import Storage
 from sparklog.storage.records import TIMESTAMP_TYPE

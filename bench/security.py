@@ -77,16 +77,10 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from cryptography.hazmat.primitives import serialization
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _broker import (
-    BrokerProcess,
-    cleanup_on_signals,
-    fmt_table,
-    load_average,
-    self_cpu_seconds,
-    temp_dir,
-    wait_for_quiet,
-)
+from _broker import BrokerProcess, cleanup_on_signals, temp_dir
 from _kafka import KafkaServer, _free_port
+from _machine import load_average, self_cpu_seconds, wait_for_quiet
+from _tables import fmt_table
 
 from sparklog.kafka.client import ClientSettings, KafkaClient
 from sparklog.kafka.wire import ApiKey

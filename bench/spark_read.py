@@ -43,14 +43,10 @@ from collections.abc import Iterator
 from typing import Any
 
 import pyarrow as pa
-from _broker import (  # fmt: skip
-    cleanup_on_signals,
-    fmt_table,
-    load_average,
-    spark_session,
-    temp_dir,
-    wait_for_quiet,
-)
+from _broker import cleanup_on_signals, temp_dir
+from _machine import load_average, wait_for_quiet
+from _spark import spark_session
+from _tables import fmt_table
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 
 from sparklog.datasource.scan import KAFKA_SCHEMA, OffsetRange, read_range

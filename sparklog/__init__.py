@@ -8,7 +8,7 @@ The package layout is the architecture (see docs/ARCHITECTURE.md):
 - ``sparklog.datasource``: the PySpark DataSource ``format("sparklog")``.
 - ``sparklog.compaction``: retention and compaction: planners, Spark steps, scheduler.
 - ``sparklog.export``: exports to Parquet, Delta, Avro and JSON.
-- ``sparklog.cli``, ``sparklog.demo``, ``sparklog.harness`` (a broker in a child process),
+- ``sparklog.cli``, ``sparklog.demo`` (the demos, and the broker and etcd processes they start),
   ``sparklog.spark`` (``register``), ``sparklog.errors`` (every error).
 """
 

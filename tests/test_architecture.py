@@ -173,6 +173,47 @@ def test_no_module_is_over_600_lines() -> None:
     assert not long, long
 
 
+def _imports_under(folder: str) -> Iterator[tuple[str, str]]:
+    """(module, what it imports) for every Python file under the project's ``folder``."""
+    root = PACKAGE.parent
+    paths = sorted((root / folder).rglob("*.py"))
+    names = frozenset(_module_name(p) for p in paths)
+    for path in paths:
+        for imported in _imports(path, names, typed=True):
+            yield _module_name(path), imported
+
+
+def test_no_test_module_imports_another_test_module() -> None:
+    """What tests share lives in support modules (a folder's ``conftest.py``, ``helpers``
+    and the like, or ``sparklog_testkit``): a ``test_*`` module is collected by pytest and
+    never imported, so moving or deleting one test never breaks another."""
+    bad = {
+        f"{m} -> {d}"
+        for m, d in _imports_under("tests")
+        if d.startswith("tests.") and d.rpartition(".")[2].startswith("test_")
+    }
+    assert not bad, sorted(bad)
+
+
+def test_benchmarks_import_nothing_from_tests() -> None:
+    """The benchmarks and the tests share what they both use through ``sparklog_testkit``;
+    ``bench/`` reaches nothing under ``tests/``."""
+    bad = {f"{m} -> {d}" for m, d in _imports_under("bench") if d.split(".")[0] == "tests"}
+    assert not bad, sorted(bad)
+
+
+def test_the_package_imports_nothing_of_the_tests_or_their_kit() -> None:
+    """``sparklog_testkit`` is not in the wheel: nothing in ``sparklog/`` imports it, or
+    anything under ``tests/``."""
+    bad = {
+        f"{m} -> {d}"
+        for m, deps in _raw_imports_of("sparklog").items()
+        for d in deps
+        if d.split(".")[0] in ("sparklog_testkit", "tests")
+    }
+    assert not bad, sorted(bad)
+
+
 def _reachable(start: str) -> set[str]:
     seen: set[str] = set()
     todo = [start]
@@ -209,7 +250,7 @@ def test_spark_jobs_share_only_neutral_modules(package: str, forbidden: tuple[st
 
 
 @pytest.mark.parametrize(
-    "entry", ["sparklog", "sparklog.cli", "sparklog.broker.server", "sparklog.harness"]
+    "entry", ["sparklog", "sparklog.cli", "sparklog.broker.server", "sparklog.demo.processes"]
 )
 def test_the_broker_and_cli_reach_no_spark(entry: str) -> None:
     """PySpark and delta-spark are extras (``sparklog[spark]``, ``sparklog[jobs]``): no

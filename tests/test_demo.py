@@ -10,7 +10,7 @@ import pytest
 
 from sparklog.demo import tidy
 from sparklog.errors import DataDirLockedError
-from sparklog.harness import BrokerProcess
+from sparklog_testkit.processes import BrokerProcess
 
 
 def test_the_demo_directory_is_removed_only_once_the_broker_let_go(tmp_path: Path) -> None:

@@ -5,9 +5,11 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tomllib
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -176,6 +178,39 @@ def test_the_broker_and_cli_install_without_spark() -> None:
     assert "sparklog[jobs]" in extras["dev"]
 
 
+def test_the_wheel_leaves_the_test_kit_out_and_the_checkout_has_it(tmp_path: Path) -> None:
+    """``sparklog_testkit`` (what tests and benchmarks share) is not in the wheel ``pip wheel``
+    builds (setup.py's ``build_py``), and the editable install of the checkout (``make
+    setup``) makes it importable from anywhere, not only from the checkout's directory."""
+    src = tmp_path / "src"
+    src.mkdir()
+    for name in ("pyproject.toml", "setup.py", "README.md"):
+        shutil.copy(ROOT / name, src / name)
+    for package in ("sparklog", "sparklog_testkit"):
+        ignore = shutil.ignore_patterns("__pycache__", "*.so")
+        shutil.copytree(ROOT / package, src / package, ignore=ignore)
+    built = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(tmp_path), str(src)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert built.returncode == 0, built.stdout + built.stderr
+    [wheel] = tmp_path.glob("sparklog-*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    assert "sparklog/demo/processes.py" in names
+    assert not [n for n in names if n.startswith("sparklog_testkit/")]
+
+    found = subprocess.run(
+        [sys.executable, "-c", "import sparklog_testkit; print(sparklog_testkit.__file__)"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert found.stdout.strip() == str(ROOT / "sparklog_testkit" / "__init__.py"), found.stderr
+
+
 #: a ``sitecustomize`` that makes PySpark and delta-spark unimportable, as in an install
 #: without the ``spark`` extra
 NO_SPARK = """
@@ -200,7 +235,7 @@ from kafka import KafkaConsumer, KafkaProducer
 
 import sparklog
 from sparklog.errors import SparkMissingError
-from sparklog.harness import BrokerProcess
+from sparklog.demo.processes import BrokerProcess
 
 try:
     import pyspark  # noqa: F401

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from sparklog.harness import BrokerProcess
+from sparklog_testkit.processes import BrokerProcess
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -1,20 +1,23 @@
 """A secured broker for tests: TLS certificates from a throwaway CA (``trustme``), users
 created offline before the broker starts (as ``sparklog users add`` does), and every
-listener at once (SASL_SSL, SASL_PLAINTEXT, SSL, PLAINTEXT)."""
+listener at once (SASL_SSL, SASL_PLAINTEXT, SSL, PLAINTEXT); and a confluent-kafka producer
+and consumer configured for it."""
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import trustme
+from confluent_kafka import Consumer, KafkaError, Producer
 
-from sparklog.harness import BrokerProcess
 from sparklog.kafka.client import ClientSettings
 from sparklog.security.scram import make_credential
 from sparklog.security.store import CredentialStore
 from sparklog.storage import Storage
+from sparklog_testkit.processes import BrokerProcess
 
 ALL_LISTENERS = (
     "SASL_SSL://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0,SSL://127.0.0.1:0,PLAINTEXT://127.0.0.1:0"
@@ -96,3 +99,37 @@ def start_secure_broker(
     config = write_security(tmp_path, data, settings=settings)
     broker = BrokerProcess(data, listen=listen, extra=("--config", str(config))).start()
     return SecureBroker(broker, str(tmp_path / "ca.pem"), str(tmp_path / "carol.pem"))
+
+
+def produce(conf: dict[str, Any], topic: str, n: int = 5, timeout: float = 20) -> list[Any]:
+    """Produce ``n`` records; every delivery report's error (None when delivered)."""
+    errors: list[Any] = []
+    p = Producer({**conf, "message.timeout.ms": int(timeout * 1000) - 2000})
+    for i in range(n):
+        p.produce(topic, value=b"v%d" % i, on_delivery=lambda err, _m: errors.append(err))
+    p.flush(timeout)
+    return errors
+
+
+def consume(conf: dict[str, Any], topic: str, group: str, n: int, timeout: float = 20) -> list[Any]:
+    """Poll until ``n`` records or an error; the values, or the first error."""
+    c = Consumer({**conf, "group.id": group, "auto.offset.reset": "earliest",
+                  "enable.auto.commit": False})  # fmt: skip
+    c.subscribe([topic])
+    got: list[Any] = []
+    deadline = time.monotonic() + timeout
+    try:
+        while len(got) < n and time.monotonic() < deadline:
+            m = c.poll(0.5)
+            if m is None:
+                continue
+            if m.error():
+                if m.error().code() == KafkaError._PARTITION_EOF:
+                    continue
+                return [m.error()]
+            got.append(m.value())
+        if got:
+            c.commit(asynchronous=False)
+    finally:
+        c.close()
+    return got

@@ -1,5 +1,5 @@
 """Durability under SIGKILL: idempotent acks=all producers against a broker killed and
-restarted at random moments (see chaos_helpers for the scenario and the property).
+restarted at random moments (see sparklog_testkit.chaos for the scenario and the property).
 
 One chaos run per module (about 40 s at the CI size: 12 kills in 36 s); each test checks
 one part of the property on it. Bigger runs: SPARKLOG_CHAOS_KILLS, SPARKLOG_CHAOS_SECONDS,
@@ -13,7 +13,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from .chaos_helpers import (
+from sparklog_testkit.chaos import (
     ChaosConfig,
     ChaosResult,
     check_acknowledged_exactly_once,

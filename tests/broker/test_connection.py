@@ -3,7 +3,7 @@ the client, as the broker's log lines about the connection show it."""
 
 from __future__ import annotations
 
-from sparklog.harness import BrokerProcess
+from sparklog_testkit.processes import BrokerProcess
 
 from . import raw_frames as rf
 

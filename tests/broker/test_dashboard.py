@@ -5,26 +5,18 @@ produce, a consume, a commit and a retention run (cluster-only ones are checked 
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from sparklog.harness import BrokerProcess
-from tests.broker.test_metrics import commit, create, produce, scrape
+from sparklog_testkit.processes import BrokerProcess
+from tests.support.metrics import CLUSTER_ONLY, commit, create, dashboard, produce, scrape
 
 CONF = Path(__file__).resolve().parents[2] / "conf"
 NAME = re.compile(r"\b(?:kafka|sparklog)_[a-z0-9_]+")
 #: what in PromQL names labels, not metrics (``{sparklog_job="retention"}``, ``by (topic)``)
 LABELS = re.compile(r"\{[^}]*\}|\b(?:by|on|without|ignoring)\s*\([^)]*\)")
-#: served in cluster mode only
-CLUSTER_ONLY = {"sparklog_leadership_changes_total", "sparklog_lease_renewals_total"}
-
-
-def dashboard() -> dict[str, Any]:
-    return json.loads((CONF / "grafana-dashboard.json").read_text())
 
 
 def queried() -> set[str]:

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import Phase, given, settings
 from hypothesis import strategies as st
 
-from sparklog.harness import BrokerProcess
+from sparklog_testkit.processes import BrokerProcess
 from tests.kafka.strategies import MUTATED_REQUESTS, RANDOM_BODY_REQUESTS
 
 from . import raw_frames as rf

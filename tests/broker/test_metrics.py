@@ -14,20 +14,16 @@ import subprocess
 import sys
 import threading
 import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
-from prometheus_client.parser import text_string_to_metric_families
 
-from sparklog.harness import BrokerProcess
 from sparklog.kafka import admin
 from sparklog.kafka.client import KafkaClient
-
-Series = dict[tuple[str, frozenset[tuple[str, str]]], float]
+from sparklog_testkit.processes import BrokerProcess
+from tests.support.metrics import commit, create, produce, scrape, value
 
 
 @pytest.fixture(scope="module")
@@ -39,47 +35,6 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
     b.start()
     yield b
     b.stop()
-
-
-def scrape(b: BrokerProcess) -> Series:
-    with urllib.request.urlopen(b.metrics_url, timeout=30) as resp:
-        assert resp.status == 200
-        text = resp.read().decode()
-    out: Series = {}
-    for family in text_string_to_metric_families(text):
-        for s in family.samples:
-            out[(s.name, frozenset(s.labels.items()))] = s.value
-    return out
-
-
-def value(series: Series, name: str, **labels: Any) -> float | None:
-    return series.get((name, frozenset((k, str(v)) for k, v in labels.items())))
-
-
-def create(b: BrokerProcess, topic: str, partitions: int = 1, **configs: str) -> str:
-    with KafkaClient(b.bootstrap) as c:
-        admin.create_topic(c, topic, partitions, configs)
-    return topic
-
-
-def produce(
-    b: BrokerProcess, topic: str, counts: dict[int, int], *, one_by_one: bool = False,
-    **extra: Any,
-) -> None:  # fmt: skip
-    """``counts[p]`` records into partition ``p`` of ``topic`` (a request each if
-    ``one_by_one``)."""
-    p = Producer({"bootstrap.servers": b.bootstrap, "linger.ms": 0 if one_by_one else 5})
-    for partition, n in counts.items():
-        for i in range(n):
-            p.produce(topic, value=b"v%d" % i * 10, partition=partition, **extra)
-            if one_by_one:
-                p.flush(30)
-    assert p.flush(30) == 0
-
-
-def commit(b: BrokerProcess, group: str, offsets: dict[tuple[str, int], int]) -> None:
-    with KafkaClient(b.bootstrap) as c:
-        admin.commit_offsets(c, group, offsets)
 
 
 def test_topic_partitions_and_offsets_have_kafka_exporters_names(broker: BrokerProcess) -> None:

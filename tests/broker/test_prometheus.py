@@ -26,10 +26,8 @@ from typing import Any
 
 import pytest
 
-from sparklog.harness import BrokerProcess, die_with_parent
-
-from .test_dashboard import CLUSTER_ONLY, dashboard
-from .test_metrics import commit, create, produce
+from sparklog_testkit.processes import BrokerProcess, die_with_parent
+from tests.support.metrics import CLUSTER_ONLY, commit, create, dashboard, produce
 
 CONF = Path(__file__).resolve().parents[2] / "conf"
 ALERTS = CONF / "sparklog-alerts.yml"

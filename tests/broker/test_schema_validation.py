@@ -19,7 +19,7 @@ from confluent_kafka.schema_registry import SchemaRegistryClient, header_schema_
 from confluent_kafka.schema_registry.avro import AvroSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 
-from sparklog.harness import BrokerProcess
+from sparklog_testkit.processes import BrokerProcess
 from tests.broker.registry_helpers import consume, end_offset, produce, register
 
 USER = json.dumps({"type": "record", "name": "User", "namespace": "test",

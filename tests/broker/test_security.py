@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
+from confluent_kafka import KafkaError, KafkaException, Producer
 from confluent_kafka.admin import (
     AclBinding,
     AclBindingFilter,
@@ -33,7 +33,7 @@ from confluent_kafka.admin import (
 from sparklog.errors import AuthenticationError, UnsupportedSaslMechanismError
 from sparklog.kafka.wire import ApiKey
 from tests.broker.rawclient import RawClient, record_batch
-from tests.broker.secure import MECHANISMS, SecureBroker, start_secure_broker
+from tests.broker.secure import MECHANISMS, SecureBroker, consume, produce, start_secure_broker
 
 
 @pytest.fixture
@@ -49,40 +49,6 @@ def secure(tmp_path: Path) -> Iterator[SecureBroker]:
 METADATA = {"topics": [], "allow_auto_topic_creation": False,
             "include_cluster_authorized_operations": False,
             "include_topic_authorized_operations": False}  # fmt: skip
-
-
-def produce(conf: dict[str, Any], topic: str, n: int = 5, timeout: float = 20) -> list[Any]:
-    """Produce ``n`` records; every delivery report's error (None when delivered)."""
-    errors: list[Any] = []
-    p = Producer({**conf, "message.timeout.ms": int(timeout * 1000) - 2000})
-    for i in range(n):
-        p.produce(topic, value=b"v%d" % i, on_delivery=lambda err, _m: errors.append(err))
-    p.flush(timeout)
-    return errors
-
-
-def consume(conf: dict[str, Any], topic: str, group: str, n: int, timeout: float = 20) -> list[Any]:
-    """Poll until ``n`` records or an error; the values, or the first error."""
-    c = Consumer({**conf, "group.id": group, "auto.offset.reset": "earliest",
-                  "enable.auto.commit": False})  # fmt: skip
-    c.subscribe([topic])
-    got: list[Any] = []
-    deadline = time.monotonic() + timeout
-    try:
-        while len(got) < n and time.monotonic() < deadline:
-            m = c.poll(0.5)
-            if m is None:
-                continue
-            if m.error():
-                if m.error().code() == KafkaError._PARTITION_EOF:
-                    continue
-                return [m.error()]
-            got.append(m.value())
-        if got:
-            c.commit(asynchronous=False)
-    finally:
-        c.close()
-    return got
 
 
 def admin(s: SecureBroker, user: str = "admin") -> AdminClient:

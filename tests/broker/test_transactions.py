@@ -14,11 +14,11 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from sparklog.harness import BrokerProcess
 from sparklog.kafka import admin as kc
 from sparklog.kafka import wire
 from sparklog.kafka.client import KafkaClient
 from sparklog.kafka.records import build_batch
+from sparklog_testkit.processes import BrokerProcess
 
 TOPIC = "tx"
 

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from sparklog.harness import BrokerProcess
 from sparklog.storage import Storage
+from sparklog_testkit.processes import BrokerProcess
 
-from .test_topics_cli import run
+from .helpers import run
 
 
 @pytest.fixture

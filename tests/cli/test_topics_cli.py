@@ -2,24 +2,17 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from importlib.metadata import entry_points
 from pathlib import Path
 
 import pytest
 
 import sparklog
-from sparklog.cli_describe import kafka_uuid
-from sparklog.harness import BrokerProcess
+from sparklog.cli.describe import kafka_uuid
 from sparklog.storage import Storage
 from sparklog.storage.lease import DATA_DIR
-
-
-def run(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "sparklog.cli", *args], capture_output=True, text=True, timeout=60
-    )
+from sparklog_testkit.processes import BrokerProcess
+from tests.cli.helpers import run
 
 
 def test_console_script_is_declared() -> None:
@@ -130,23 +123,23 @@ def test_a_bootstrap_server_without_a_port_names_the_option() -> None:
 
 
 def test_long_offline_operations_say_how_far_they_are(capsys: pytest.CaptureFixture[str]) -> None:
-    from sparklog.cli import _Ticker
+    from sparklog.cli.topics import Ticker
 
-    tick = _Ticker("delete t", quiet_s=0, every_s=0)
+    tick = Ticker("delete t", quiet_s=0, every_s=0)
     for done in range(3):
         tick(done, 3)
     tick(3, 3)  # finished: nothing more to say
     assert capsys.readouterr().err.splitlines() == [
         "delete t: 0 of 3 partitions", "delete t: 1 of 3 partitions", "delete t: 2 of 3 partitions"
     ]  # fmt: skip
-    quiet = _Ticker("describe t")  # the first 2 s say nothing: most runs are quicker
+    quiet = Ticker("describe t")  # the first 2 s say nothing: most runs are quicker
     quiet(1, 3)
     assert capsys.readouterr().err == ""
 
 
 def test_describe_prints_kafkas_lines_offline(root: str) -> None:
     """As ``kafka-topics.sh --describe`` prints a topic (its fields checked against Kafka
-    4.3.1's TopicCommand, see ``sparklog.cli_describe``): a first line, then one per
+    4.3.1's TopicCommand, see ``sparklog.cli.describe``): a first line, then one per
     partition, tab-separated; offline there is no leader, and sparklog adds its offsets
     and what is on disk."""
     storage = Storage(root)

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from sparklog.cluster.etcd import EtcdSettings
-from sparklog.harness import EtcdCluster, EtcdServerTls
+from sparklog_testkit.processes import EtcdCluster, EtcdServerTls
 
 #: the etcd user brokers authenticate as in ``secure_etcd`` (role: read and write /sparklog/)
 BROKER_USER, BROKER_PASSWORD = "sparklog-broker", "broker-secret"

@@ -12,7 +12,7 @@ from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 
-from sparklog.harness import BrokerCluster, EtcdCluster
+from sparklog_testkit.processes import BrokerCluster, EtcdCluster
 
 
 def leaders(

@@ -12,10 +12,10 @@ import pytest
 from confluent_kafka import Producer
 from kio.schema.errors import ErrorCode
 
-from sparklog.harness import BrokerCluster, EtcdCluster
 from sparklog.kafka import admin as kc
 from sparklog.kafka.client import KafkaClient
 from sparklog.kafka.wire import ApiKey
+from sparklog_testkit.processes import BrokerCluster, EtcdCluster
 
 from .helpers import cluster_with_topic
 

@@ -9,7 +9,7 @@ from typing import Any
 
 from sparklog.cluster.controller import ControllerRole, read_assignments
 from sparklog.cluster.coordination import BrokerInfo, Coordination
-from sparklog.harness import EtcdCluster
+from sparklog_testkit.processes import EtcdCluster
 
 PARTS = [("t", i) for i in range(6)] + [("u", 0), ("u", 1)]
 

@@ -14,7 +14,7 @@ from sparklog.cluster.coordination import (
     CoordinationError,
     parse_endpoints,
 )
-from sparklog.harness import EtcdCluster
+from sparklog_testkit.processes import EtcdCluster
 
 
 def run(coro: Any) -> Any:

@@ -13,9 +13,9 @@ import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from sparklog.harness import BrokerCluster, EtcdCluster
 from sparklog.kafka.client import KafkaClient
 from sparklog.kafka.wire import ApiKey
+from sparklog_testkit.processes import BrokerCluster, EtcdCluster
 
 from .helpers import leaders
 

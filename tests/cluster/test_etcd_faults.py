@@ -12,11 +12,12 @@ from pathlib import Path
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from sparklog.cluster.checker import check
-from sparklog.cluster.workload import Workload
-from sparklog.harness import BrokerProcess, EtcdCluster, TcpProxy
+from sparklog.demo.checker import check
+from sparklog.demo.workload import Workload
 from sparklog.storage.fs.local import LocalFileSystem
 from sparklog.storage.reader import PartitionReader
+from sparklog_testkit.processes import BrokerProcess, EtcdCluster
+from sparklog_testkit.proxy import TcpProxy
 
 from .helpers import leaders
 

@@ -13,7 +13,7 @@ import pytest
 
 from sparklog.cluster.coordination import BrokerInfo, Coordination
 from sparklog.errors import EtcdAccessError
-from sparklog.harness import EtcdCluster
+from sparklog_testkit.processes import EtcdCluster
 from tests.cluster.conftest import (
     EtcdCerts,
     _need_etcd,

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Consumer, Producer
 
-from sparklog.harness import BrokerCluster, EtcdCluster
+from sparklog_testkit.processes import BrokerCluster, EtcdCluster
 from tests.cluster.conftest import BROKER_PASSWORD, BROKER_USER, EtcdCerts
 from tests.cluster.helpers import create_topic
 

@@ -16,12 +16,12 @@ from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient
 from kio.schema.errors import ErrorCode
 
-from sparklog.cluster.checker import check
-from sparklog.cluster.workload import Workload
+from sparklog.demo.checker import check
+from sparklog.demo.workload import Workload
 from sparklog.errors import KafkaRequestError
-from sparklog.harness import BrokerCluster, EtcdCluster
 from sparklog.kafka.admin import list_offsets
 from sparklog.kafka.client import KafkaClient
+from sparklog_testkit.processes import BrokerCluster, EtcdCluster
 
 from .helpers import cluster_with_topic, leaders
 

@@ -17,9 +17,9 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 from kio.schema.errors import ErrorCode
 
-from sparklog.harness import BrokerCluster, EtcdCluster
 from sparklog.kafka.client import KafkaClient
 from sparklog.kafka.wire import ApiKey
+from sparklog_testkit.processes import BrokerCluster, EtcdCluster
 
 from .helpers import cluster_with_topic
 

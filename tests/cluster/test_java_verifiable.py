@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from sparklog.cluster.checker import check
-from sparklog.cluster.workload import Workload
-from sparklog.harness import BrokerCluster, EtcdCluster
+from sparklog.demo.checker import check
+from sparklog.demo.workload import Workload
 from sparklog.jars import kafka_classpath
+from sparklog_testkit.processes import BrokerCluster, EtcdCluster
 
 from ..jvm.tools import VERIFIABLE_CONSUMER, VERIFIABLE_PRODUCER, kafka_tool
 from .helpers import cluster_with_topic, leaders

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from sparklog.harness import BrokerProcess, EtcdCluster
+from sparklog_testkit.processes import BrokerProcess, EtcdCluster
 
 
 def test_a_taken_node_id_is_said_once_then_the_broker_exits(

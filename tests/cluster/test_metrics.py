@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Producer
 
-from sparklog.harness import BrokerCluster, EtcdCluster
 from sparklog.kafka import admin
 from sparklog.kafka.client import KafkaClient
-from tests.broker.test_metrics import Series, scrape, value
+from sparklog_testkit.processes import BrokerCluster, EtcdCluster
 from tests.cluster.helpers import create_topic, leaders
+from tests.support.metrics import Series, scrape, value
 
 TOPIC, PARTITIONS = "metered", 6
 

@@ -13,8 +13,8 @@ import pytest
 from confluent_kafka import KafkaError
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from sparklog.harness import BrokerCluster, EtcdCluster
-from tests.broker.test_metrics import scrape, value
+from sparklog_testkit.processes import BrokerCluster, EtcdCluster
+from tests.support.metrics import scrape, value
 
 from .helpers import cluster_with_topic, leaders
 

@@ -21,7 +21,7 @@ from confluent_kafka.schema_registry import SchemaRegistryClient
 from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 
-from sparklog.harness import BrokerCluster, EtcdCluster
+from sparklog_testkit.processes import BrokerCluster, EtcdCluster
 from tests.broker.registry_helpers import http
 from tests.cluster.helpers import leaders
 

@@ -20,7 +20,7 @@ from confluent_kafka.admin import (
     ResourceType,
 )
 
-from sparklog.harness import BrokerCluster, EtcdCluster
+from sparklog_testkit.processes import BrokerCluster, EtcdCluster
 from tests.broker.secure import write_security
 
 LISTEN = "SASL_SSL://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0"

@@ -15,9 +15,9 @@ import pytest
 from confluent_kafka.admin import AdminClient
 
 import sparklog.spark
-from sparklog.harness import BrokerCluster, EtcdCluster
 from sparklog.kafka import admin as kc
 from sparklog.kafka.client import KafkaClient
+from sparklog_testkit.processes import BrokerCluster, EtcdCluster
 
 from .helpers import cluster_with_topic
 

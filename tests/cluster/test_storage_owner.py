@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 from confluent_kafka import KafkaError, Producer
 
-from sparklog.harness import BrokerProcess, EtcdCluster
 from sparklog.storage.owner import Owner
+from sparklog_testkit.processes import BrokerProcess, EtcdCluster
 
 from .helpers import create_topic
 

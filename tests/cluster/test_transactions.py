@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Consumer, Producer
 
-from sparklog.harness import BrokerCluster, EtcdCluster
 from sparklog.kafka import wire
 from sparklog.kafka.client import KafkaClient
+from sparklog_testkit.processes import BrokerCluster, EtcdCluster
 
 from .helpers import cluster_with_topic, leaders
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from confluent_kafka import Producer
 
-from sparklog.harness import BrokerCluster, EtcdCluster
+from sparklog_testkit.processes import BrokerCluster, EtcdCluster
 
 from .helpers import create_topic
 

@@ -16,8 +16,8 @@ from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 
 from sparklog.compaction.compactor import compact
 from sparklog.compaction.retention import apply_retention
-from sparklog.harness import BrokerProcess
 from sparklog.storage import Storage, names
+from sparklog_testkit.processes import BrokerProcess
 
 from .helpers import manifest
 

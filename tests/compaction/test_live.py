@@ -31,8 +31,8 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 import sparklog.spark
 from sparklog.compaction.compactor import compact
 from sparklog.compaction.retention import apply_retention
-from sparklog.harness import BrokerProcess
 from sparklog.storage import Storage
+from sparklog_testkit.processes import BrokerProcess
 
 from .helpers import manifest
 

@@ -26,8 +26,8 @@ import pytest
 from confluent_kafka import Producer
 
 from sparklog.compaction.scheduler import Scheduler
-from sparklog.harness import BrokerProcess
 from sparklog.storage import Storage
+from sparklog_testkit.processes import BrokerProcess
 
 from .helpers import SchedulerProcess, manifest
 

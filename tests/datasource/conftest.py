@@ -7,7 +7,7 @@ from collections.abc import Iterator
 import pytest
 from confluent_kafka.schema_registry import SchemaRegistryClient
 
-from sparklog.harness import BrokerProcess
+from sparklog_testkit.processes import BrokerProcess
 
 
 @pytest.fixture(scope="module")

@@ -154,7 +154,7 @@ def test_group_offsets_are_committed_through_the_broker(spark: Any, tmp_path: Pa
         c.close()
         assert tp.offset == 25
         # the query is a consumer group in /metrics too: no live member, its lag kept
-        from ..broker.test_metrics import scrape, value
+        from tests.support.metrics import scrape, value
 
         m = scrape(broker)
         labels = {"consumergroup": "spark-q", "topic": "g", "partition": 0}

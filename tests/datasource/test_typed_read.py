@@ -15,55 +15,20 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Producer
 from confluent_kafka.schema_registry import SchemaRegistryClient, header_schema_id_serializer
-from confluent_kafka.schema_registry.avro import AvroSerializer
 from confluent_kafka.schema_registry.json_schema import JSONSerializer
-from confluent_kafka.serialization import MessageField, SerializationContext
 
 import sparklog.spark
 from sparklog.errors import OptionError
-from sparklog.harness import BrokerProcess
 from sparklog.kafka import admin
 from sparklog.kafka.client import KafkaClient
 from sparklog.schemas.spark import avro_in_jvm
+from sparklog_testkit.processes import BrokerProcess
 
-from ..schemas.test_codec import ALL_TYPES, V1, V2
+from ..support.schemas import ALL_TYPES, V1, V2
+from .typed import avro, produce, read, rows
 
 pytestmark = pytest.mark.spark
-
-
-def produce(
-    broker: BrokerProcess, topic: str, serializer: Any, records: list[Any], *,
-    partitions: int = 1,
-) -> None:  # fmt: skip
-    """``records`` serialised by ``serializer`` (None: as they are, bytes) into ``topic``."""
-    with KafkaClient(broker.bootstrap) as c:
-        if topic not in admin.list_topics(c):
-            admin.create_topic(c, topic, partitions, {})
-    p = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 0})
-    for r in records:
-        headers: list[tuple[str, bytes]] = []
-        ctx = SerializationContext(topic, MessageField.VALUE, headers)
-        value = r if serializer is None or r is None else serializer(r, ctx)
-        p.produce(topic, value=value, headers=headers or None)
-    assert p.flush(30) == 0
-
-
-def avro(registry: SchemaRegistryClient, schema: Any, **conf: Any) -> AvroSerializer:
-    return AvroSerializer(registry, json.dumps(schema), conf=conf or None)
-
-
-def read(spark: Any, broker: BrokerProcess, topic: str, **options: str) -> Any:
-    sparklog.spark.register(spark)
-    r = spark.read.format("sparklog").option("subscribe", topic)
-    for k, v in options.items():
-        r = r.option(k, v)
-    return r.load(broker.data_dir)
-
-
-def rows(df: Any) -> list[dict[str, Any]]:
-    return [r.asDict(recursive=True) for r in df.orderBy("offset").collect()]
 
 
 def test_every_record_is_read_with_its_version_and_defaults_filled(

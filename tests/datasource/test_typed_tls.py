@@ -15,12 +15,12 @@ from confluent_kafka.schema_registry import SchemaRegistryClient
 
 import sparklog.spark
 from sparklog.errors import OptionError
-from sparklog.harness import BrokerProcess
 from sparklog.schemas.spark import from_registry
+from sparklog_testkit.processes import BrokerProcess
 
-from ..export.test_export import run
-from ..schemas.test_codec import V1
-from .test_typed_read import avro, produce, read, rows
+from ..support.export import run
+from ..support.schemas import V1
+from .typed import avro, produce, read, rows
 
 pytestmark = [pytest.mark.spark, pytest.mark.jvm]
 

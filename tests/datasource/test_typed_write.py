@@ -17,9 +17,9 @@ from confluent_kafka.serialization import MessageField, SerializationContext
 
 import sparklog.spark
 from sparklog.errors import OptionError
-from sparklog.harness import BrokerProcess
 from sparklog.kafka import admin
 from sparklog.kafka.client import KafkaClient
+from sparklog_testkit.processes import BrokerProcess
 
 pytestmark = pytest.mark.spark
 

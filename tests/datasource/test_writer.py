@@ -27,11 +27,10 @@ from pyspark.sql.types import (
 import sparklog.spark
 from sparklog.datasource import ADMISSION_CONTROL
 from sparklog.datasource.producer import PartitionStream, cut_batches
+from sparklog.datasource.sink_state import SinkState, StateStore
 from sparklog.datasource.writer import (
     CRASH_POINTS,
     TXN_CRASH_POINTS,
-    SinkState,
-    StateStore,
     assign_partitions,
     normalise,
     write_options,

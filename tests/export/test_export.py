@@ -17,11 +17,13 @@ from typing import Any
 import fastavro
 import pytest
 
+from sparklog.cli.export import parse
+from sparklog.errors import ExportUsageError
 from sparklog.export.job import export
-from sparklog.export.options import ExportUsageError, parse
 from sparklog.storage import Storage
 from sparklog.storage.crashpoints import CRASH_EXIT_CODE
 from sparklog.storage.records import make_records
+from tests.support.export import run
 
 pytestmark = pytest.mark.spark
 ROOT = Path(__file__).resolve().parents[2]
@@ -79,11 +81,6 @@ def fill(root: str, *, encode: str = "json", start: int = 0, rounds: int = 3) ->
                 log.roll()
         log.close()
     return model
-
-
-def run(spark: Any, root: str, out: str, *args: str) -> Any:
-    return export(spark, parse(["--topic", "t", "--data-dir", root, "--out", out, *args]),
-                  progress=lambda _line: None)  # fmt: skip
 
 
 def delta_version(spark: Any, out: str) -> int:
@@ -371,7 +368,7 @@ def test_a_parquet_export_killed_mid_run_reruns_exactly_once(
     ],
 )  # fmt: skip
 def test_bad_arguments_are_named(args: list[str], message: str, capsys: Any) -> None:
-    from sparklog.export.job import main
+    from sparklog.cli.export import main
 
     code = main(["--topic", "t", "--out", "/tmp/x", *args])
     assert code == 2

@@ -14,11 +14,11 @@ from typing import Any
 
 import pytest
 
+from sparklog.cli.export import parse
 from sparklog.errors import ExportUsageError
-from sparklog.export.options import parse
 from sparklog.storage.records import make_records
-from tests.export.test_export import run
-from tests.schemas.test_codec import V1, V2, SchemasTopic, avro
+from tests.support.export import run
+from tests.support.schemas import V1, V2, SchemasTopic, avro
 
 pytestmark = [pytest.mark.spark, pytest.mark.jvm]
 

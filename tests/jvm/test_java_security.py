@@ -26,8 +26,7 @@ from confluent_kafka.admin import (
     ScramMechanism,
 )
 
-from tests.broker.secure import SecureBroker, start_secure_broker
-from tests.broker.test_security import consume, produce
+from tests.broker.secure import SecureBroker, consume, produce, start_secure_broker
 
 from .tools import (
     CONFIG_COMMAND,

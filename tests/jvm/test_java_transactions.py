@@ -18,8 +18,8 @@ import pytest
 from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from sparklog.harness import BrokerProcess
 from sparklog.jars import kafka_classpath
+from sparklog_testkit.processes import BrokerProcess
 
 from .tools import TOOLS, kafka_tool
 

@@ -10,14 +10,14 @@ import shutil
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from sparklog.harness import BrokerProcess
 from sparklog.jars import kafka_classpath
+from sparklog_testkit.processes import BrokerProcess
 
 from .tools import (
     CONFIG_COMMAND,
@@ -33,14 +33,6 @@ from .tools import (
 )
 
 pytestmark = pytest.mark.jvm
-
-
-@pytest.fixture(scope="module")
-def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    b = BrokerProcess(str(tmp_path_factory.mktemp("kafka-tools") / "data")).start()
-    yield b
-    b.stop()
-    b.kill()
 
 
 def _bs(broker: BrokerProcess) -> tuple[str, str]:

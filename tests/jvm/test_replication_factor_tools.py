@@ -6,13 +6,11 @@ from __future__ import annotations
 
 import pytest
 
-from sparklog.harness import BrokerProcess
+from sparklog_testkit.processes import BrokerProcess
 
-from .test_kafka_tools import broker
 from .tools import TOPIC_COMMAND, kafka_tool
 
 pytestmark = pytest.mark.jvm
-__all__ = ["broker"]
 
 
 def test_topic_command_with_replication_factor_3_is_refused_with_the_reason(

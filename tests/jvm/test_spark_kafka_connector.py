@@ -14,8 +14,8 @@ import pytest
 from confluent_kafka import Producer
 
 import sparklog.spark
-from sparklog.harness import BrokerProcess
 from sparklog.storage import Storage
+from sparklog_testkit.processes import BrokerProcess
 
 pytestmark = [pytest.mark.spark, pytest.mark.jvm]
 

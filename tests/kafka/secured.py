@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sparklog.harness import BrokerProcess
 from sparklog.kafka.client import ClientSettings
+from sparklog_testkit.processes import BrokerProcess
 
 PASSWORDS = {"admin": "admin-pw", "alice": "alice-pw", "bob": "bob-pw"}
 LISTENERS = ("SASL_SSL", "SASL_PLAINTEXT", "SSL", "PLAINTEXT")

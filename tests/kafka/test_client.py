@@ -7,9 +7,9 @@ import socket
 import pytest
 
 from sparklog.errors import KafkaConnectionError, KafkaRequestError
-from sparklog.harness import BrokerProcess
 from sparklog.kafka import admin
 from sparklog.kafka.client import ClientSettings, KafkaClient
+from sparklog_testkit.processes import BrokerProcess
 
 
 def _closed_port() -> int:

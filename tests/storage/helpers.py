@@ -36,3 +36,8 @@ def values(batches: Iterable[pa.RecordBatch]) -> list[bytes]:
 
 def offsets(batches: Iterable[pa.RecordBatch]) -> list[int]:
     return [o for b in batches for o in b.column("offset").to_pylist()]
+
+
+#: points of the seal race, covered by test_seal_race.py rather than by test_crash_points.py's
+#: generic cases
+RACE_POINTS = ("seal.refused",)

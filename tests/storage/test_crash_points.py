@@ -38,7 +38,7 @@ from sparklog.storage.manifest import ManifestStore
 from sparklog.storage.reader import PartitionReader
 from sparklog.storage.records import make_records
 
-from .test_seal_race import RACE_POINTS
+from .helpers import RACE_POINTS
 
 TOPIC = "t"
 REPO_ROOT = Path(__file__).resolve().parents[2]

@@ -28,11 +28,10 @@ from sparklog.storage.log import PartitionLog
 from sparklog.storage.manifest import Manifest, ManifestStore, SegmentInfo
 from sparklog.storage.reader import PartitionReader
 from sparklog.storage.records import make_records
+from tests.storage.helpers import RACE_POINTS
 
 TOPIC = "t"
 REPO_ROOT = Path(__file__).resolve().parents[2]
-#: points of the race, covered here rather than by test_crash_points.py's generic cases
-RACE_POINTS = ("seal.refused",)
 
 
 def _values(start: int, end: int) -> list[bytes]:

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from sparklog.harness import BrokerProcess
+from sparklog_testkit.processes import BrokerProcess
 
 from .helpers import Member
 

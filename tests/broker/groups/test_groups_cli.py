@@ -15,7 +15,7 @@ from datetime import UTC, datetime, timedelta, timezone
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 
-from sparklog.harness import BrokerProcess
+from sparklog_testkit.processes import BrokerProcess
 
 from .helpers import (
     Member,

@@ -17,7 +17,7 @@ from contextlib import contextmanager
 
 from kio.schema.errors import ErrorCode
 
-from sparklog.harness import BrokerProcess
+from sparklog_testkit.processes import BrokerProcess
 from tests.broker.rawclient import RawClient
 
 from .helpers import RawMember, assignment, create_topic, subscription, wait_until

@@ -26,7 +26,7 @@ import pytest
 from confluent_kafka import Producer
 from kio.schema.errors import ErrorCode
 
-from sparklog.harness import BrokerProcess
+from sparklog_testkit.processes import BrokerProcess
 from tests.broker.rawclient import RawClient
 
 from .helpers import (

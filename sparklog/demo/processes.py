@@ -1,14 +1,14 @@
-"""A broker in a child process: the harness of the embedded demo, the tests and the benchmarks
-(not part of the broker: it only starts one, as a user would).
+"""Brokers and etcd in child processes on loopback: what the demos start, as a user would
+(not part of the broker). The tests and benchmarks start them through ``sparklog_testkit``,
+which adds what only they need (etcd with TLS and users, another launcher, a TCP proxy).
 
 ``BrokerProcess`` runs ``python -m sparklog.cli broker start --data-dir DIR --listen
 127.0.0.1:PORT`` (port 0: the kernel picks one) and reads the port from the "listening on
 HOST:PORT" line the broker logs on stderr; every line it logs is kept in ``lines``. On
 Linux the child asks the kernel to SIGKILL it if its parent dies, so a crashed demo or
 test never leaves a broker behind. ``stop`` is SIGTERM (the broker syncs and closes its
-logs) with SIGKILL after a timeout; ``kill`` is SIGKILL alone. ``launcher`` replaces
-``-m sparklog.cli`` with another script that takes the same ``broker start`` arguments
-(a benchmark's own, e.g. ``bench/_unfenced_broker.py``).
+logs) with SIGKILL after a timeout; ``kill`` is SIGKILL alone. ``program`` is what the
+interpreter runs with the ``broker start`` arguments (``-m sparklog.cli``).
 """
 
 from __future__ import annotations
@@ -24,18 +24,13 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from sparklog.cluster.etcd import EtcdSettings
 
 LISTENING = re.compile(r"listening on (\S+?):(\d+)")
 ENDPOINT = re.compile(r"([A-Z_]+)://(\S+?):(\d+)")
 REGISTRY = re.compile(r"schema registry serving at https?://\S+?:(\d+)")
 METRICS = re.compile(r"metrics serving at http://\S+?:(\d+)/metrics")
-_PROJECT = Path(__file__).resolve().parents[1]
+_PROJECT = Path(__file__).resolve().parents[2]  # the checkout: the child imports its sparklog
 _PR_SET_PDEATHSIG = 1
 
 
@@ -57,11 +52,10 @@ class BrokerProcess:
         listen: str = "",
         schema_registry: bool = False,
         metrics: bool = False,
-        launcher: tuple[str, ...] = ("-m", "sparklog.cli"),
     ) -> None:
         self.data_dir = data_dir
         #: what the interpreter runs with ``broker start ...`` (see the module docstring)
-        self.launcher = launcher
+        self.program: tuple[str, ...] = ("-m", "sparklog.cli")
         #: serve the Schema Registry (on a free port, kept on a restart): ``registry_url``
         self.schema_registry = schema_registry
         self.registry_port = 0
@@ -115,9 +109,16 @@ class BrokerProcess:
     def start(self, timeout: float = 60.0) -> BrokerProcess:
         """Start (or start again, on the same port and data dir) and wait until it listens."""
         cmd = [
-            sys.executable, *self.launcher, "broker", "start",
-            "--data-dir", self.data_dir, "--listen", self._listen(), *self.extra,
-        ]  # fmt: skip
+            sys.executable,
+            *self.program,
+            "broker",
+            "start",
+            "--data-dir",
+            self.data_dir,
+            "--listen",
+            self._listen(),
+            *self.extra,
+        ]
         if self.schema_registry:
             cmd += ["--schema-registry", f"127.0.0.1:{self.registry_port}"]
         if self.metrics:
@@ -213,23 +214,9 @@ class BrokerProcess:
 
 
 def _free_port() -> int:
-    import socket
-
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
-
-
-@dataclass(frozen=True)
-class EtcdServerTls:
-    """etcd's own TLS: its certificate and key (``--cert-file``, ``--key-file``) and, with
-    ``client_cert_auth``, the CA its clients' certificates must chain to
-    (``--trusted-ca-file --client-cert-auth``)."""
-
-    cert_file: str
-    key_file: str
-    ca_file: str
-    client_cert_auth: bool = True
 
 
 class EtcdCluster:
@@ -237,21 +224,17 @@ class EtcdCluster:
     in one cluster, each with its data dir under ``work_dir``: the coordination service of
     cluster mode in the tests, benchmarks and the cluster demo.
 
-    ``endpoints`` is the ``HOST:PORT,...`` list brokers take (``--etcd``; ``https://`` on
-    each with ``tls``). ``stop_member(i)`` SIGKILLs one member and ``start_member(i)``
-    brings it back on its ports and data dir, so a test can take a minority (or the quorum)
-    down. The children die with their parent. ``auth_token_ttl_s``: etcd's
-    ``--auth-token-ttl`` (how long an unused auth token lives); ``enable_auth`` adds users
-    and turns authentication on.
+    ``endpoints`` is the ``HOST:PORT,...`` list brokers take (``--etcd``).
+    ``stop_member(i)`` SIGKILLs one member and ``start_member(i)`` brings it back on its
+    ports and data dir, so a test can take a minority (or the quorum) down. The children
+    die with their parent. ``scheme`` and ``client_flags`` are what a member's clients
+    connect with: plaintext here.
     """
 
-    def __init__(
-        self, work_dir: str, members: int = 1, *, tls: EtcdServerTls | None = None,
-        auth_token_ttl_s: int | None = None,
-    ) -> None:  # fmt: skip
+    scheme = "http"
+
+    def __init__(self, work_dir: str, members: int = 1) -> None:
         self.work_dir = Path(work_dir)
-        self.tls = tls
-        self.auth_token_ttl_s = auth_token_ttl_s
         self.client_ports = [_free_port() for _ in range(members)]
         self.peer_ports = [_free_port() for _ in range(members)]
         self.procs: list[subprocess.Popen[bytes] | None] = [None] * members
@@ -259,38 +242,52 @@ class EtcdCluster:
 
     @property
     def endpoints(self) -> str:
-        scheme = "https://" if self.tls else ""
-        return ",".join(f"{scheme}127.0.0.1:{p}" for p in self.client_ports)
+        return ",".join(f"127.0.0.1:{p}" for p in self.client_ports)
+
+    def client_flags(self) -> list[str]:
+        """More ``etcd`` flags for the client side of every member (none here)."""
+        return []
 
     def _cmd(self, i: int) -> list[str]:
         cluster = ",".join(f"m{j}=http://127.0.0.1:{p}" for j, p in enumerate(self.peer_ports))
-        scheme = "https" if self.tls else "http"
-        secure: list[str] = []
-        if self.tls:
-            secure = ["--cert-file", self.tls.cert_file, "--key-file", self.tls.key_file]
-            if self.tls.client_cert_auth:
-                secure += ["--trusted-ca-file", self.tls.ca_file, "--client-cert-auth"]
-        if self.auth_token_ttl_s is not None:
-            secure += ["--auth-token-ttl", str(self.auth_token_ttl_s)]
+        scheme = self.scheme
         return [
-            "etcd", "--name", f"m{i}", "--data-dir", str(self.work_dir / f"m{i}"),
-            "--listen-client-urls", f"{scheme}://127.0.0.1:{self.client_ports[i]}",
-            "--advertise-client-urls", f"{scheme}://127.0.0.1:{self.client_ports[i]}",
-            *secure,
-            "--listen-peer-urls", f"http://127.0.0.1:{self.peer_ports[i]}",
-            "--initial-advertise-peer-urls", f"http://127.0.0.1:{self.peer_ports[i]}",
-            "--initial-cluster", cluster, "--initial-cluster-token", self.token,
-            "--initial-cluster-state", "new",
+            "etcd",
+            "--name",
+            f"m{i}",
+            "--data-dir",
+            str(self.work_dir / f"m{i}"),
+            "--listen-client-urls",
+            f"{scheme}://127.0.0.1:{self.client_ports[i]}",
+            "--advertise-client-urls",
+            f"{scheme}://127.0.0.1:{self.client_ports[i]}",
+            *self.client_flags(),
+            "--listen-peer-urls",
+            f"http://127.0.0.1:{self.peer_ports[i]}",
+            "--initial-advertise-peer-urls",
+            f"http://127.0.0.1:{self.peer_ports[i]}",
+            "--initial-cluster",
+            cluster,
+            "--initial-cluster-token",
+            self.token,
+            "--initial-cluster-state",
+            "new",
             # loopback: short heartbeats, so a lost leader is replaced within a second
-            "--heartbeat-interval", "50", "--election-timeout", "500",
-        ]  # fmt: skip
+            "--heartbeat-interval",
+            "50",
+            "--election-timeout",
+            "500",
+        ]
 
     def start_member(self, i: int) -> None:
         log = open(self.work_dir / f"m{i}.log", "ab")  # noqa: SIM115 - the child owns it
         self.procs[i] = subprocess.Popen(
-            self._cmd(i), stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+            self._cmd(i),
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=log,
             preexec_fn=die_with_parent,
-        )  # fmt: skip
+        )
         log.close()
 
     def stop_member(self, i: int) -> None:
@@ -326,8 +323,6 @@ class EtcdCluster:
         raise RuntimeError(problem)
 
     def _wait_listening(self, timeout: float) -> str | None:
-        import socket
-
         deadline = time.monotonic() + timeout
         for port in self.client_ports:
             while True:
@@ -348,44 +343,6 @@ class EtcdCluster:
     def stop(self) -> None:
         for i in range(len(self.procs)):
             self.stop_member(i)
-
-    def enable_auth(
-        self, admin: EtcdSettings, root_password: str, users: dict[str, str],
-        prefix: bytes = b"/sparklog/",
-    ) -> None:  # fmt: skip
-        """Turn etcd's authentication on, as ``etcdctl user add root; role add; user add;
-        auth enable`` would: ``root`` (etcd requires it), and each of ``users`` (name ->
-        password) with the role ``sparklog``, which may read and write the keys under
-        ``prefix``. ``admin``: how to reach this etcd (its TLS settings; no user yet)."""
-        import asyncio
-
-        from aetcd import rpc
-
-        async def run() -> None:
-            host, port = admin.addresses[0]
-            client = admin.client(host, port, 10.0)
-            await client.connect()
-            try:
-                auth = rpc.AuthStub(client.channel)
-                await auth.UserAdd(rpc.AuthUserAddRequest(name="root", password=root_password))
-                await auth.UserGrantRole(rpc.AuthUserGrantRoleRequest(user="root", role="root"))
-                await auth.RoleAdd(rpc.AuthRoleAddRequest(name="sparklog"))
-                end = prefix[:-1] + bytes([prefix[-1] + 1])  # every key with the prefix
-                perm = rpc.Permission(permType=rpc.Permission.READWRITE, key=prefix,
-                                      range_end=end)  # fmt: skip
-                await auth.RoleGrantPermission(
-                    rpc.AuthRoleGrantPermissionRequest(name="sparklog", perm=perm)
-                )
-                for name, password in users.items():
-                    await auth.UserAdd(rpc.AuthUserAddRequest(name=name, password=password))
-                    await auth.UserGrantRole(
-                        rpc.AuthUserGrantRoleRequest(user=name, role="sparklog")
-                    )
-                await auth.AuthEnable(rpc.AuthEnableRequest())
-            finally:
-                await client.close()
-
-        asyncio.run(run())
 
     def __enter__(self) -> EtcdCluster:
         return self.start()
@@ -411,7 +368,6 @@ class BrokerCluster:
         listen: str = "",
         schema_registry: bool = False,
         metrics: bool = False,
-        launcher: tuple[str, ...] = ("-m", "sparklog.cli"),
     ) -> None:
         self.data_dir = data_dir
         self.endpoints = endpoints
@@ -421,9 +377,12 @@ class BrokerCluster:
         for i in range(1, n + 1):
             rack = ("--rack", racks[i]) if i in racks else ()
             self.brokers[i] = BrokerProcess(
-                data_dir, extra=("--node-id", str(i), *flags, *rack), listen=listen,
-                schema_registry=schema_registry, metrics=metrics, launcher=launcher,
-            )  # fmt: skip
+                data_dir,
+                extra=("--node-id", str(i), *flags, *rack),
+                listen=listen,
+                schema_registry=schema_registry,
+                metrics=metrics,
+            )
 
     @property
     def bootstrap(self) -> str:
@@ -453,79 +412,3 @@ class BrokerCluster:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
-
-
-class TcpProxy:
-    """A TCP proxy on loopback that a test can cut: ``cut()`` closes every connection
-    through it and refuses new ones until ``restore()``. Put in front of etcd, it cuts one
-    broker off from etcd while clients still reach the broker."""
-
-    def __init__(self, target: str) -> None:
-        host, _, port = target.rpartition(":")
-        self.target = (host, int(port))
-        self._server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self._server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self._server.bind(("127.0.0.1", 0))
-        self._server.listen(64)
-        self.port = self._server.getsockname()[1]
-        self._lock = threading.Lock()
-        self._open: set[socket.socket] = set()
-        self._cut = False
-        self._closed = False
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    @property
-    def address(self) -> str:
-        return f"127.0.0.1:{self.port}"
-
-    def _accept(self) -> None:
-        while not self._closed:
-            try:
-                client, _ = self._server.accept()
-            except OSError:
-                return
-            with self._lock:
-                if self._cut or self._closed:
-                    client.close()
-                    continue
-            try:
-                upstream = socket.create_connection(self.target, timeout=5)
-            except OSError:
-                client.close()
-                continue
-            with self._lock:
-                self._open |= {client, upstream}
-            for a, b in ((client, upstream), (upstream, client)):
-                threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
-
-    def _pump(self, src: socket.socket, dst: socket.socket) -> None:
-        try:
-            while data := src.recv(65536):
-                dst.sendall(data)
-        except OSError:
-            pass
-        finally:
-            for s in (src, dst):
-                with contextlib.suppress(OSError):
-                    s.shutdown(socket.SHUT_RDWR)
-                s.close()
-            with self._lock:
-                self._open -= {src, dst}
-
-    def cut(self) -> None:
-        with self._lock:
-            self._cut = True
-            live, self._open = self._open, set()
-        for s in live:
-            with contextlib.suppress(OSError):
-                s.shutdown(socket.SHUT_RDWR)
-            s.close()
-
-    def restore(self) -> None:
-        with self._lock:
-            self._cut = False
-
-    def close(self) -> None:
-        self._closed = True
-        self.cut()
-        self._server.close()

@@ -35,11 +35,11 @@ import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from sparklog.demo import DemoReport, Say, expect, tidy
+from sparklog.demo.processes import BrokerProcess
 from sparklog.errors import DemoCheckError, KafkaRequestError
-from sparklog.harness import BrokerProcess
 from sparklog.kafka import admin as kc
 from sparklog.kafka.client import KafkaClient
 
@@ -48,7 +48,6 @@ if TYPE_CHECKING:
 
 ORDERS, CLICKS, GROUP = "orders", "clicks", "demo-dashboard"
 STATUSES = ("created", "paid", "packed", "shipped", "delivered")
-Say = Callable[[str], None]
 
 
 @dataclass
@@ -63,20 +62,6 @@ class Model:
     @property
     def live(self) -> dict[bytes, bytes]:
         return {k: v for k, v in self.latest.items() if v is not None}
-
-
-@dataclass
-class DemoReport:
-    lines: list[str] = field(default_factory=list)
-    timings: dict[str, float] = field(default_factory=dict)
-
-    def add(self, line: str) -> None:
-        self.lines.append(line)
-
-
-def _check(ok: bool, what: str) -> None:
-    if not ok:
-        raise DemoCheckError(what)
 
 
 def produce(bootstrap: str, model: Model, *, events: int, keys: int, seed: int = 42) -> float:
@@ -139,7 +124,7 @@ def produce(bootstrap: str, model: Model, *, events: int, keys: int, seed: int =
             p.poll(0)
         model.orders_sent += 1
     remaining = p.flush(120)
-    _check(remaining == 0 and not errors, f"producer: {remaining} undelivered, errors {errors[:3]}")
+    expect(remaining == 0 and not errors, f"producer: {remaining} undelivered, errors {errors[:3]}")
     return time.perf_counter() - t0
 
 
@@ -155,23 +140,30 @@ def _lag(bootstrap: str) -> tuple[int, float | None]:
     return sum(r["lag"] for r in rows), max(seconds, default=None)
 
 
-def stream_orders(spark: SparkSession, data_dir: str, bootstrap: str, checkpoint: str,
-                  per_batch: int, say: Say) -> tuple[int, list[int]]:  # fmt: skip
+def stream_orders(
+    spark: SparkSession, data_dir: str, bootstrap: str, checkpoint: str, per_batch: int, say: Say
+) -> tuple[int, list[int]]:
     """The dashboard query: micro-batches of ``orders`` as group ``demo-dashboard``; returns
     the rows it saw and the group's lag after each batch."""
     lags: list[int] = []
     seen = [0]
 
     def on_batch(df: Any, batch_id: int) -> None:
-        counts = {r["status"] or "deleted": r["count"] for r in
-                  df.selectExpr("get_json_object(cast(value AS string), '$.status') AS status")
-                  .groupBy("status").count().collect()}  # fmt: skip
+        counts = {
+            r["status"] or "deleted": r["count"]
+            for r in df.selectExpr("get_json_object(cast(value AS string), '$.status') AS status")
+            .groupBy("status")
+            .count()
+            .collect()
+        }
         seen[0] += sum(counts.values())
         lag, _ = _lag(bootstrap)  # the commit of the previous batch is visible now
         lags.append(lag)
-        say(f"  micro-batch {batch_id}: {sum(counts.values()):,} events "
+        say(
+            f"  micro-batch {batch_id}: {sum(counts.values()):,} events "
             f"({', '.join(f'{k}={v}' for k, v in sorted(counts.items(), key=str))}); "
-            f"group lag before this batch's commit: {lag:,} records")  # fmt: skip
+            f"group lag before this batch's commit: {lag:,} records"
+        )
 
     q = (
         spark.readStream.format("sparklog")
@@ -215,22 +207,6 @@ def read_while_writing(spark: SparkSession, data_dir: str) -> int:
     return sum(r["count"] for r in statuses.groupBy("status").count().collect())
 
 
-def tidy(data_dir: str, broker_dir: str | None, *, keep: bool) -> str:
-    """Remove the demo's directory unless ``keep``; a report line either way. With
-    ``broker_dir``, the data-dir lease is taken first: the broker let go of its data."""
-    from sparklog.storage import Storage
-    from sparklog.storage.lease import DATA_DIR
-
-    size = sum(f.stat().st_size for f in Path(data_dir).rglob("*") if f.is_file())
-    if keep:
-        return f"kept       {data_dir} ({size / 1e6:,.1f} MB on disk; --keep)"
-    if broker_dir is not None:
-        with Storage(broker_dir).leases.acquire(DATA_DIR, "demo cleanup"):
-            pass
-    shutil.rmtree(data_dir)
-    return f"removed    {data_dir} ({size / 1e6:,.1f} MB; --keep keeps it)"
-
-
 def latest_per_key(spark: SparkSession, data_dir: str) -> dict[bytes, bytes | None]:
     """The last value of every key in the ``orders`` log, read by Spark from offset 0."""
     from pyspark.sql import functions as F
@@ -264,83 +240,118 @@ def run(
         # several sealed segments per partition at any --events, so compaction has work
         segment_bytes = min(512 * 1024, max(64 * 1024, events * 4))
         with KafkaClient(broker.bootstrap) as c:
-            kc.create_topic(c, ORDERS, 4, {
-                "cleanup.policy": "compact", "segment.bytes": str(segment_bytes),
-                "min.cleanable.dirty.ratio": "0.1", "delete.retention.ms": "0",
-                "file.delete.delay.ms": "1000",
-            })  # fmt: skip
-            kc.create_topic(c, CLICKS, 2, {
-                "cleanup.policy": "delete", "segment.bytes": str(64 * 1024),
-                "retention.bytes": str(16 * 1024), "file.delete.delay.ms": "1000",
-            })  # fmt: skip
-        say(f"topics: {ORDERS} (4 partitions, compacted), {CLICKS} (2 partitions, "
-            "retention.bytes 16 KiB)")  # fmt: skip
+            kc.create_topic(
+                c,
+                ORDERS,
+                4,
+                {
+                    "cleanup.policy": "compact",
+                    "segment.bytes": str(segment_bytes),
+                    "min.cleanable.dirty.ratio": "0.1",
+                    "delete.retention.ms": "0",
+                    "file.delete.delay.ms": "1000",
+                },
+            )
+            kc.create_topic(
+                c,
+                CLICKS,
+                2,
+                {
+                    "cleanup.policy": "delete",
+                    "segment.bytes": str(64 * 1024),
+                    "retention.bytes": str(16 * 1024),
+                    "file.delete.delay.ms": "1000",
+                },
+            )
+        say(
+            f"topics: {ORDERS} (4 partitions, compacted), {CLICKS} (2 partitions, "
+            "retention.bytes 16 KiB)"
+        )
 
         with ThreadPoolExecutor(1) as pool:
             reading = pool.submit(read_while_writing, spark, broker.data_dir)
             seconds = produce(broker.bootstrap, model, events=events, keys=keys)
             seen_live = reading.result()
         report.timings["produce"] = seconds
-        report.add(f"produced   {model.orders_sent:,} order events ({model.tombstones:,} "
-                   f"deletes) for {len(model.latest):,} orders and {model.clicks_sent:,} "
-                   f"clicks with confluent-kafka in {seconds:.1f} s")  # fmt: skip
+        report.add(
+            f"produced   {model.orders_sent:,} order events ({model.tombstones:,} "
+            f"deletes) for {len(model.latest):,} orders and {model.clicks_sent:,} "
+            f"clicks with confluent-kafka in {seconds:.1f} s"
+        )
         say(report.lines[-1])
-        _check(seen_live <= model.orders_sent, f"a batch query read {seen_live:,} order "
-               f"events while {model.orders_sent:,} were produced")  # fmt: skip
-        report.add(f"read       {seen_live:,} order events with a Spark batch query started "
-                   "while the producer wrote")  # fmt: skip
+        expect(
+            seen_live <= model.orders_sent,
+            f"a batch query read {seen_live:,} order "
+            f"events while {model.orders_sent:,} were produced",
+        )
+        report.add(
+            f"read       {seen_live:,} order events with a Spark batch query started "
+            "while the producer wrote"
+        )
         say(report.lines[-1])
 
         lag_before, _ = _lag(broker.bootstrap)
         say(f"group {GROUP}: lag {lag_before:,} records before the query starts")
         t0 = time.perf_counter()
-        seen, lags = stream_orders(spark, broker.data_dir, broker.bootstrap,
-                                   f"{data_dir}/checkpoints/dashboard",
-                                   max(events // 4, 1), say)  # fmt: skip
+        seen, lags = stream_orders(
+            spark,
+            broker.data_dir,
+            broker.bootstrap,
+            f"{data_dir}/checkpoints/dashboard",
+            max(events // 4, 1),
+            say,
+        )
         lag_after, lag_after_s = _lag(broker.bootstrap)
         report.timings["stream"] = time.perf_counter() - t0
-        _check(
+        expect(
             seen == model.orders_sent,
             f"the query saw {seen:,} events, {model.orders_sent:,} were produced",
         )
-        _check(lag_after == 0, f"group {GROUP} still lags {lag_after} records")
-        report.add(f"streamed   {seen:,} events in {len(lags)} micro-batches; group lag "
-                   f"{lag_before:,} -> {' -> '.join(f'{x:,}' for x in lags[1:])}"
-                   f"{' -> ' if len(lags) > 1 else ''}{lag_after} records "
-                   f"({lag_after_s or 0:.0f} s) in {report.timings['stream']:.1f} s")  # fmt: skip
+        expect(lag_after == 0, f"group {GROUP} still lags {lag_after} records")
+        report.add(
+            f"streamed   {seen:,} events in {len(lags)} micro-batches; group lag "
+            f"{lag_before:,} -> {' -> '.join(f'{x:,}' for x in lags[1:])}"
+            f"{' -> ' if len(lags) > 1 else ''}{lag_after} records "
+            f"({lag_after_s or 0:.0f} s) in {report.timings['stream']:.1f} s"
+        )
         say(report.lines[-1])
 
         storage = Storage(broker.data_dir)
         before = latest_per_key(spark, broker.data_dir)
-        _check(before == model.latest, "the orders log disagrees with what was produced")
+        expect(before == model.latest, "the orders log disagrees with what was produced")
         t0 = time.perf_counter()
         compacted = compact(spark, broker.data_dir, [ORDERS], progress=lambda m: say("  " + m))
         # the latest values are checked after the second run: compaction never brings back
         # a value it dropped, so a first run that lost one fails that check too
         first = [o for o in compacted.outcomes if o.status == "compacted"]
-        _check(bool(first), "compaction cleaned no partition: " +
-               "; ".join(o.line() for o in compacted.outcomes))  # fmt: skip
+        expect(
+            bool(first),
+            "compaction cleaned no partition: " + "; ".join(o.line() for o in compacted.outcomes),
+        )
         # tombstones stay delete.retention.ms (0 here) after the first compaction that
         # covered them, so the next run removes them (Kafka's KIP-534 rule)
         again = compact(spark, broker.data_dir, [ORDERS], progress=lambda m: say("  " + m))
         second = [o for o in again.outcomes if o.status == "compacted"]
         report.timings["compaction"] = time.perf_counter() - t0
         after = latest_per_key(spark, broker.data_dir)
-        _check(
+        expect(
             {k: v for k, v in after.items() if v is not None} == model.live,
             "after compaction the latest value of some order changed",
         )
 
         def records(runs: list[Any]) -> str:
-            before, after = (sum(getattr(o, k) for o in runs) for k in
-                             ("records_before", "records_after"))  # fmt: skip
+            before, after = (
+                sum(getattr(o, k) for o in runs) for k in ("records_before", "records_after")
+            )
             return f"{before:,} -> {after:,} records"
 
-        report.add(f"compacted  {ORDERS}: {records(first)} in the cleaned segments of "
-                   f"{len(first)} partitions, then {records(second)} in a second run "
-                   f"({sum(o.tombstones_removed for o in first + second):,} tombstones "
-                   f"dropped); offsets kept, latest value of all {len(model.live):,} live "
-                   f"orders unchanged ({report.timings['compaction']:.1f} s)")  # fmt: skip
+        report.add(
+            f"compacted  {ORDERS}: {records(first)} in the cleaned segments of "
+            f"{len(first)} partitions, then {records(second)} in a second run "
+            f"({sum(o.tombstones_removed for o in first + second):,} tombstones "
+            f"dropped); offsets kept, latest value of all {len(model.live):,} live "
+            f"orders unchanged ({report.timings['compaction']:.1f} s)"
+        )
         say(report.lines[-1])
 
         t0 = time.perf_counter()
@@ -348,10 +359,12 @@ def run(
         report.timings["retention"] = time.perf_counter() - t0
         deleted = sum(o.records_deleted for o in retained.outcomes)
         starts = {o.partition: o.log_start_after for o in retained.outcomes}
-        _check(deleted > 0, "retention deleted nothing from clicks")
-        report.add(f"retention  {CLICKS}: {sum(o.segments_deleted for o in retained.outcomes)} "
-                   f"segments ({deleted:,} records) past retention.bytes deleted; log start "
-                   f"now {starts}")  # fmt: skip
+        expect(deleted > 0, "retention deleted nothing from clicks")
+        report.add(
+            f"retention  {CLICKS}: {sum(o.segments_deleted for o in retained.outcomes)} "
+            f"segments ({deleted:,} records) past retention.bytes deleted; log start "
+            f"now {starts}"
+        )
         say(report.lines[-1])
 
         export_lines = export_and_read_back(spark, broker.data_dir, data_dir, model, storage, say)
@@ -359,160 +372,92 @@ def run(
             report.add(line)
             say(line)
         code = broker.stop()
-        _check(code == 0, f"the broker exited with {code}")
-        _check(not broker.errors(), f"the broker logged errors: {broker.errors()[:3]}")
-    _check(not broker.alive, "the broker is still running")
+        expect(code == 0, f"the broker exited with {code}")
+        expect(not broker.errors(), f"the broker logged errors: {broker.errors()[:3]}")
+    expect(not broker.alive, "the broker is still running")
     report.timings["total"] = time.perf_counter() - t_start
     report.add(f"shutdown   broker stopped cleanly (exit 0); total {report.timings['total']:.0f} s")
     report.add(tidy(data_dir, broker.data_dir, keep=keep))
     return report
 
 
-def export_and_read_back(spark: SparkSession, root: str, data_dir: str, model: Model,
-                         storage: Any, say: Say) -> list[str]:  # fmt: skip
+def export_and_read_back(
+    spark: SparkSession, root: str, data_dir: str, model: Model, storage: Any, say: Say
+) -> list[str]:
     """Export orders (Delta, one row per order, values decoded from JSON) and clicks
     (Parquet); read both back and check them against the model and the log."""
     from delta.tables import DeltaTable
 
+    from sparklog.cli.export import parse
     from sparklog.export.job import export
-    from sparklog.export.options import parse
 
     lines = []
     delta_out = f"{data_dir}/exports/orders_delta"
     t0 = time.perf_counter()
-    result = export(spark, parse([
-        "--topic", ORDERS, "--format", "delta", "--out", delta_out, "--data-dir", root,
-        "--upsert", "--decode", "json",
-        "--schema", "order STRING, status STRING, amount DOUBLE, seq LONG",
-    ]), progress=lambda m: say("  " + m))  # fmt: skip
+    result = export(
+        spark,
+        parse(
+            [
+                "--topic",
+                ORDERS,
+                "--format",
+                "delta",
+                "--out",
+                delta_out,
+                "--data-dir",
+                root,
+                "--upsert",
+                "--decode",
+                "json",
+                "--schema",
+                "order STRING, status STRING, amount DOUBLE, seq LONG",
+            ]
+        ),
+        progress=lambda m: say("  " + m),
+    )
     table = spark.read.format("delta").load(delta_out).select("order", "status").toArrow()
-    got = dict(zip(table.column("order").to_pylist(), table.column("status").to_pylist(),
-                   strict=True))  # fmt: skip
+    got = dict(
+        zip(table.column("order").to_pylist(), table.column("status").to_pylist(), strict=True)
+    )
     version = DeltaTable.forPath(spark, delta_out).history(1).collect()[0]["version"]
     want = {k.decode(): json.loads(v)["status"] for k, v in model.live.items()}
-    _check(got == want, f"the Delta table holds {len(got):,} orders, expected {len(want):,} "
-           "with their latest status")  # fmt: skip
-    lines.append(f"exported   {ORDERS} -> Delta (upsert, JSON decoded): {table.num_rows:,} rows"
-                 f", one per live order, table version {version}, written and read back by "
-                 f"delta-spark ({time.perf_counter() - t0:.1f} s)")  # fmt: skip
+    expect(
+        got == want,
+        f"the Delta table holds {len(got):,} orders, expected {len(want):,} "
+        "with their latest status",
+    )
+    lines.append(
+        f"exported   {ORDERS} -> Delta (upsert, JSON decoded): {table.num_rows:,} rows"
+        f", one per live order, table version {version}, written and read back by "
+        f"delta-spark ({time.perf_counter() - t0:.1f} s)"
+    )
     parquet_out = f"{data_dir}/exports/clicks_parquet"
     t0 = time.perf_counter()
-    result = export(spark, parse([
-        "--topic", CLICKS, "--format", "parquet", "--out", parquet_out, "--data-dir", root,
-    ]), progress=lambda m: say("  " + m))  # fmt: skip
+    result = export(
+        spark,
+        parse(
+            [
+                "--topic",
+                CLICKS,
+                "--format",
+                "parquet",
+                "--out",
+                parquet_out,
+                "--data-dir",
+                root,
+            ]
+        ),
+        progress=lambda m: say("  " + m),
+    )
     back = spark.read.parquet(parquet_out)
     n = back.count()
     in_log = sum(
         v.high_watermark - v.log_start_offset
         for v in (storage.reader(CLICKS, p).view() for p in range(2))
     )
-    _check(n == in_log == result.rows, f"{n:,} clicks read back, the log holds {in_log:,}")
-    lines.append(f"exported   {CLICKS} -> Parquet: {n:,} rows (what retention kept), read back "
-                 f"with spark.read.parquet ({time.perf_counter() - t0:.1f} s)")  # fmt: skip
+    expect(n == in_log == result.rows, f"{n:,} clicks read back, the log holds {in_log:,}")
+    lines.append(
+        f"exported   {CLICKS} -> Parquet: {n:,} rows (what retention kept), read back "
+        f"with spark.read.parquet ({time.perf_counter() - t0:.1f} s)"
+    )
     return lines
-
-
-def run_cluster(
-    spark: SparkSession,
-    data_dir: str,
-    *,
-    brokers: int = 3,
-    seconds: float = 20,
-    kills: int = 2,
-    rate: int = 2000,
-    keep: bool = False,
-    say: Say = print,
-) -> DemoReport:
-    """The cluster demo (``./spark-submit.sh demo --brokers 3``): ``brokers`` brokers over
-    one shared directory and an etcd, an idempotent producer writing throughout, the leader
-    of a partition SIGKILLed ``kills`` times (and restarted), then Spark reading the whole
-    topic from the shared storage, and the history checker proving every acknowledged
-    record is there exactly once, at the offset it was acknowledged with."""
-    from confluent_kafka.admin import AdminClient
-    from confluent_kafka.cimpl import NewTopic
-
-    import sparklog.spark
-    from sparklog.cluster.checker import check
-    from sparklog.cluster.workload import Workload
-    from sparklog.harness import BrokerCluster, EtcdCluster
-
-    sparklog.spark.register(spark)
-    shutil.rmtree(data_dir, ignore_errors=True)
-    report = DemoReport()
-    topic, partitions = "payments", 6
-    t_start = time.perf_counter()
-    with (
-        EtcdCluster(f"{data_dir}/etcd", members=1) as etcd,
-        BrokerCluster(f"{data_dir}/shared", etcd.endpoints, brokers) as cluster,
-    ):
-        say(f"cluster: {brokers} brokers ({cluster.bootstrap}) over {cluster.data_dir}, "
-            f"etcd at {etcd.endpoints}")  # fmt: skip
-        admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
-        for f in admin.create_topics([NewTopic(topic, partitions, 1)]).values():
-            f.result(30)
-        leaders = _cluster_leaders(cluster, topic, partitions, avoid=None)
-        say(f"topic {topic}: {partitions} partitions, leaders {leaders}")
-        work = Workload(cluster.bootstrap, topic, rate=rate).start()
-        pause = seconds / (kills + 1)
-        time.sleep(pause)
-        for k in range(kills):
-            leaders = _cluster_leaders(cluster, topic, partitions, avoid=None)
-            victim = leaders[k % partitions]
-            led = [p for p, node in leaders.items() if node == victim]
-            t0 = time.monotonic()
-            cluster.brokers[victim].kill()
-            back = {p: _next_ack(work, t0, p) for p in led}
-            worst = max(back.values()) - t0
-            report.add(f"failover   SIGKILL of broker {victim} (leader of partitions {led}): "
-                       f"each took writes again within {worst:.1f} s")  # fmt: skip
-            say(report.lines[-1])
-            cluster.brokers[victim].start()
-            time.sleep(pause)
-        history = work.stop()
-        report.add(f"produced   {len(history.acked):,} records acknowledged, "
-                   f"{len(history.failed):,} failed (idempotent, acks=all)")  # fmt: skip
-        say(report.lines[-1])
-        df = spark.read.format("sparklog").option("subscribe", topic).load(cluster.data_dir)
-        rows = df.select("partition", "offset", "value").orderBy("partition", "offset").collect()
-        history.reads = [("spark", r["partition"], r["offset"], bytes(r["value"])) for r in rows]
-        result = check(history)
-        _check(result.valid, f"the history has anomalies: {result.summary()}")
-        report.add(f"checked    Spark read {len(rows):,} records from the shared storage: "
-                   f"{result.summary()}")  # fmt: skip
-        say(report.lines[-1])
-    report.timings["total"] = time.perf_counter() - t_start
-    report.add(f"shutdown   cluster stopped; total {report.timings['total']:.0f} s")
-    report.add(tidy(data_dir, None, keep=keep))
-    return report
-
-
-def _cluster_leaders(
-    cluster: Any, topic: str, partitions: int, avoid: int | None
-) -> dict[int, int]:
-    from confluent_kafka.admin import AdminClient
-
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            md = AdminClient({"bootstrap.servers": cluster.bootstrap}).list_topics(
-                topic, timeout=10
-            )
-        except Exception:  # a broker that cannot reach etcd closes Metadata connections
-            _check(time.monotonic() < deadline, f"no metadata for {topic}")
-            time.sleep(0.2)
-            continue
-        found = {p.id: p.leader for p in md.topics[topic].partitions.values()}
-        if len(found) == partitions and all(n > 0 and n != avoid for n in found.values()):
-            return found
-        _check(time.monotonic() < deadline, f"partitions of {topic} have no leaders: {found}")
-        time.sleep(0.2)
-
-
-def _next_ack(work: Any, t0: float, partition: int, timeout: float = 60) -> float:
-    deadline = time.monotonic() + timeout
-    while True:
-        at = work.acked_since(t0, partition)
-        if at is not None:
-            return float(at)
-        _check(time.monotonic() < deadline, f"partition {partition} took no write again")
-        time.sleep(0.05)

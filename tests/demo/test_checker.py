@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from sparklog.cluster.checker import History, check
+from sparklog.demo.checker import History, check
 
 
 def clean() -> History:

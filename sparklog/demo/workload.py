@@ -25,7 +25,7 @@ from confluent_kafka import (
     TopicPartition,
 )
 
-from sparklog.cluster.checker import History
+from sparklog.demo.checker import History
 
 PRODUCER_CONF = {
     "enable.idempotence": True,
@@ -88,8 +88,11 @@ class Workload:
         return max(b - a for a, b in itertools.pairwise(window))
 
     def _produce(self, me: int) -> None:
-        debug = {"debug": os.environ["SPARKLOG_RDKAFKA_DEBUG"]} if os.environ.get(
-            "SPARKLOG_RDKAFKA_DEBUG") else {}  # fmt: skip
+        debug = (
+            {"debug": os.environ["SPARKLOG_RDKAFKA_DEBUG"]}
+            if os.environ.get("SPARKLOG_RDKAFKA_DEBUG")
+            else {}
+        )
         producer = Producer({"bootstrap.servers": self.bootstrap, **PRODUCER_CONF, **debug})
 
         def report(err: Any, msg: Any) -> None:
@@ -139,10 +142,15 @@ class Workload:
     def read_all(self, timeout_s: float = 60) -> History:
         """Read every partition from its log start to its end into the history's reads."""
         consumer = Consumer(
-            {"bootstrap.servers": self.bootstrap, "group.id": f"checker-{time.time_ns()}",
-             "enable.auto.commit": False, "auto.offset.reset": "earliest",
-             "enable.partition.eof": True, "topic.metadata.refresh.interval.ms": 1000}
-        )  # fmt: skip
+            {
+                "bootstrap.servers": self.bootstrap,
+                "group.id": f"checker-{time.time_ns()}",
+                "enable.auto.commit": False,
+                "auto.offset.reset": "earliest",
+                "enable.partition.eof": True,
+                "topic.metadata.refresh.interval.ms": 1000,
+            }
+        )
         try:
             parts, ends = self._ends(consumer, time.monotonic() + timeout_s)
             consumer.assign([TopicPartition(self.topic, p, OFFSET_BEGINNING) for p in parts])

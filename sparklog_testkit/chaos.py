@@ -33,8 +33,7 @@ from confluent_kafka import KafkaError, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from sparklog.storage import Storage
-
-from .conftest import BrokerProcess
+from sparklog_testkit.processes import BrokerProcess
 
 TOPIC = "chaos"
 
