@@ -36,11 +36,12 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceArrowWriter, WriterCommitMessage
 
+from sparklog.storage import names
+
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 AVRO_FORMAT = "org.apache.spark.sql.avro.AvroFileFormat"  # "avro" needs spark-avro loaded
-SCRATCH_PREFIX = ".export-tmp-"
 _MAGIC = b"Obj\x01"
 _STALE_S = 24 * 3600
 
@@ -132,10 +133,12 @@ def _scratch(root: str) -> str:
     now = time.time()
     if os.path.isdir(root):
         for name in os.listdir(root):
+            if not name.startswith(names.EXPORT_SCRATCH_PREFIX):
+                continue
             path = os.path.join(root, name)
-            if name.startswith(SCRATCH_PREFIX) and now - os.path.getmtime(path) > _STALE_S:
+            if now - os.path.getmtime(path) > _STALE_S:
                 shutil.rmtree(path, ignore_errors=True)
-    path = os.path.join(root, f"{SCRATCH_PREFIX}{uuid.uuid4().hex[:16]}")
+    path = os.path.join(root, f"{names.EXPORT_SCRATCH_PREFIX}{uuid.uuid4().hex[:16]}")
     os.makedirs(path)
     return path
 
