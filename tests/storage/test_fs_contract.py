@@ -32,7 +32,7 @@ from sparklog.storage.log import PartitionLog
 from sparklog.storage.reader import PartitionReader
 from sparklog.storage.records import make_records
 
-from ..support_s3 import SeaweedS3
+from ..support.s3 import SeaweedS3
 
 
 @dataclass

