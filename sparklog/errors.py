@@ -33,6 +33,11 @@ class InvalidConfigError(SparkLogError, ValueError):
     """A topic config name is unknown or its value is out of range."""
 
 
+class InvalidPartitionsError(InvalidConfigError):
+    """A partition count a request asked for is not allowed (not positive, or not above the
+    topic's current count)."""
+
+
 class InvalidRecordsError(SparkLogError, ValueError):
     """Records handed to ``append`` do not match the record schema."""
 
@@ -63,6 +68,11 @@ class UnknownPartitionError(SparkLogError):
 
 class OffsetOutOfRangeError(SparkLogError):
     """A requested offset is below the log start offset or above the high watermark."""
+
+
+class OffsetNotAvailableError(SparkLogError):
+    """A fetch from a follower asked for an offset past the high watermark that follower
+    has read so far (it may not have caught up yet: retriable)."""
 
 
 class CorruptSegmentError(SparkLogError):
@@ -257,6 +267,10 @@ class TransactionalIdNotFoundError(TransactionError):
     """No transaction state for this transactional id."""
 
 
+class OperationNotAttemptedError(TransactionError):
+    """A partition of a request was not tried because another partition of it failed."""
+
+
 class GroupError(SparkLogError):
     """A consumer-group request the coordinator refuses (one subclass per reason)."""
 
@@ -299,6 +313,22 @@ class NonEmptyGroupError(GroupError):
 
 class GroupNotFoundError(GroupError):
     """No group with this id has members or committed offsets."""
+
+
+class CoordinatorNotAvailableError(GroupError):
+    """A group or transactional id has no live coordinator yet (cluster mode)."""
+
+
+class UnstableOffsetCommitError(GroupError):
+    """A partition's committed offset belongs to a transaction not decided yet (KIP-447)."""
+
+
+class GroupSubscribedToTopicError(GroupError):
+    """OffsetDelete of a topic a live member of the group subscribes to (KIP-496)."""
+
+
+class OffsetCommitStorageError(GroupError):
+    """Committed offsets could not be written to ``__consumer_offsets``."""
 
 
 # ---------------------------------------------------------------------------- security
@@ -355,7 +385,42 @@ class SecurityDisabledError(SecurityError):
     """An ACL or credential request to a broker whose authorizer or SASL is off."""
 
 
+class UnknownCredentialError(SecurityError):
+    """A SCRAM credential a request describes or deletes does not exist."""
+
+
+class DuplicateCredentialError(SecurityError):
+    """One request alters the same user's credential of one mechanism twice."""
+
+
+class UnacceptableCredentialError(SecurityError, ValueError):
+    """A SCRAM credential is refused: empty user name, salt or password, or iterations out
+    of range."""
+
+
 # ---------------------------------------------------------------------------- wire, client
+
+
+class UnsupportedResourceTypeError(SparkLogError, ValueError):
+    """DescribeConfigs or AlterConfigs names a resource type sparklog does not serve."""
+
+
+class UnsupportedVersionError(SparkLogError):
+    """A client asked for ApiVersions at a version the broker does not serve (it is
+    answered at v0 with the versions it serves, as Kafka does)."""
+
+
+class StaticBrokerConfigError(SparkLogError, ValueError):
+    """AlterConfigs asks to change a broker config that only the broker's TOML file sets."""
+
+
+class UnsupportedCoordinatorTypeError(SparkLogError, ValueError):
+    """FindCoordinator asks for a key type other than group (0) and transaction (1)."""
+
+
+class InvalidTimestampTargetError(SparkLogError, ValueError):
+    """ListOffsets asks for a negative timestamp Kafka gives no meaning (-1 latest, -2
+    earliest, -3 max timestamp)."""
 
 
 class FrameError(SparkLogError):

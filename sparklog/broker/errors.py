@@ -19,10 +19,12 @@ _BY_CLASS: tuple[tuple[type[BaseException], ErrorCode], ...] = (
     (e.TopicExistsError, ErrorCode.topic_already_exists),
     (e.ReplicaAssignmentError, ErrorCode.invalid_replica_assignment),
     (e.InvalidReplicationFactorError, ErrorCode.invalid_replication_factor),
+    (e.InvalidPartitionsError, ErrorCode.invalid_partitions),
     (e.InvalidConfigError, ErrorCode.invalid_config),
     (e.RecordTooLargeError, ErrorCode.message_too_large),
     (e.InvalidRecordsError, ErrorCode.invalid_record),
     (e.OffsetOutOfRangeError, ErrorCode.offset_out_of_range),
+    (e.OffsetNotAvailableError, ErrorCode.offset_not_available),
     (e.CorruptSegmentError, ErrorCode.kafka_storage_error),
     (e.CorruptMetadataError, ErrorCode.kafka_storage_error),
     (e.LogClosedError, ErrorCode.not_leader_or_follower),
@@ -52,6 +54,7 @@ _BY_CLASS: tuple[tuple[type[BaseException], ErrorCode], ...] = (
     (e.InvalidTransactionTimeoutError, ErrorCode.invalid_transaction_timeout),
     (e.ConcurrentTransactionsError, ErrorCode.concurrent_transactions),
     (e.TransactionalIdNotFoundError, ErrorCode.transactional_id_not_found),
+    (e.OperationNotAttemptedError, ErrorCode.operation_not_attempted),
     # consumer groups
     (e.InvalidGroupIdError, ErrorCode.invalid_group_id),
     (e.InvalidSessionTimeoutError, ErrorCode.invalid_session_timeout),
@@ -63,6 +66,10 @@ _BY_CLASS: tuple[tuple[type[BaseException], ErrorCode], ...] = (
     (e.NotCoordinatorError, ErrorCode.not_coordinator),
     (e.NonEmptyGroupError, ErrorCode.non_empty_group),
     (e.GroupNotFoundError, ErrorCode.group_id_not_found),
+    (e.CoordinatorNotAvailableError, ErrorCode.coordinator_not_available),
+    (e.UnstableOffsetCommitError, ErrorCode.unstable_offset_commit),
+    (e.GroupSubscribedToTopicError, ErrorCode.group_subscribed_to_topic),
+    (e.OffsetCommitStorageError, ErrorCode.kafka_storage_error),
     # security
     (e.TopicAuthorizationError, ErrorCode.topic_authorization_failed),
     (e.GroupAuthorizationError, ErrorCode.group_authorization_failed),
@@ -72,7 +79,16 @@ _BY_CLASS: tuple[tuple[type[BaseException], ErrorCode], ...] = (
     (e.IllegalSaslStateError, ErrorCode.illegal_sasl_state),
     (e.AuthenticationError, ErrorCode.sasl_authentication_failed),
     (e.SecurityDisabledError, ErrorCode.security_disabled),
+    (e.UnknownCredentialError, ErrorCode.resource_not_found),
+    (e.DuplicateCredentialError, ErrorCode.duplicate_resource),
+    (e.UnacceptableCredentialError, ErrorCode.unacceptable_credential),
+    # the protocol itself
+    (e.UnsupportedVersionError, ErrorCode.unsupported_version),
     # anything else a caller got wrong
+    (e.UnsupportedResourceTypeError, ErrorCode.invalid_request),
+    (e.StaticBrokerConfigError, ErrorCode.invalid_request),
+    (e.UnsupportedCoordinatorTypeError, ErrorCode.invalid_request),
+    (e.InvalidTimestampTargetError, ErrorCode.invalid_request),
     (ValueError, ErrorCode.invalid_request),
 )
 

@@ -51,7 +51,6 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from aiohttp import web
-from kio.schema.errors import ErrorCode
 
 from sparklog.broker.apis import APIS, api_versions
 from sparklog.broker.append import AppendService
@@ -61,6 +60,7 @@ from sparklog.broker.context import BrokerServices, RequestContext
 from sparklog.broker.coordinators.group_offsets import OFFSETS_TOPIC, OffsetStore
 from sparklog.broker.coordinators.groups import GroupCoordinator
 from sparklog.broker.coordinators.transactions import TXN_TOPIC, TransactionCoordinator
+from sparklog.broker.errors import error_code
 from sparklog.broker.membership import ClusterMember
 from sparklog.broker.observability.lag import LagMonitor
 from sparklog.broker.observability.metrics import (
@@ -74,7 +74,7 @@ from sparklog.broker.schema_registry.rest import RegistryApi
 from sparklog.broker.schema_registry.service import REGISTRY_ENDPOINT, SchemaRegistryService
 from sparklog.cluster.coordination import BrokerInfo
 from sparklog.cluster.etcd import EtcdSettings
-from sparklog.errors import CorruptMetadataError, FrameError
+from sparklog.errors import CorruptMetadataError, FrameError, UnsupportedVersionError
 from sparklog.kafka import wire
 from sparklog.kafka.address import Listener
 from sparklog.kafka.client import ClientSettings
@@ -468,7 +468,11 @@ class Broker:
             raise FrameError(f"unknown API key {head.api_key}")
         if not api.min_version <= head.api_version <= api.max_version:
             if head.api_key == wire.API_VERSIONS_KEY:
-                body = api_versions(ErrorCode.unsupported_version)
+                refused = UnsupportedVersionError(
+                    f"ApiVersions v{head.api_version} is not supported "
+                    f"(v{api.min_version}-v{api.max_version})"
+                )
+                body = api_versions(error_code(refused))
                 cls = wire.response_class(head.api_key, 0)
                 return wire.encode_response(
                     head.api_key, 0, head.correlation_id, wire.build(cls, body)

@@ -26,10 +26,13 @@ from sparklog.broker.errors import error_code
 from sparklog.broker.replicas import check_replication_factor
 from sparklog.errors import (
     InvalidConfigError,
+    InvalidPartitionsError,
     ReplicaAssignmentError,
     SparkLogError,
+    StaticBrokerConfigError,
     TopicAuthorizationError,
     TopicExistsError,
+    UnsupportedResourceTypeError,
 )
 from sparklog.kafka.admin import METRICS_URL_CONFIG
 from sparklog.schemas.model import REGISTRY_URL_CONFIG
@@ -139,14 +142,21 @@ async def create_topics(ctx: RequestContext, header: Any, req: Any) -> dict[str,
                 asked, redundant=ctx.manager.storage.fs.redundant, live_brokers=_live(ctx)
             )
             if partitions == 0 or partitions < -1:
-                raise InvalidConfigError(f"num_partitions {partitions} must be positive")
-            if req.validate_only:
-                TopicConfig.from_mapping({**ctx.manager.config.topic_defaults, **configs})
-                if ctx.manager.topics().get(t.name) is not None:
-                    raise TopicExistsError(f"topic {t.name!r} already exists")
-                meta = None
-            else:
-                meta = ctx.manager.create_topic(t.name, partitions, configs)
+                raise InvalidPartitionsError(f"num_partitions {partitions} must be positive")
+            try:
+                if req.validate_only:
+                    TopicConfig.from_mapping({**ctx.manager.config.topic_defaults, **configs})
+                    if ctx.manager.topics().get(t.name) is not None:
+                        raise TopicExistsError(f"topic {t.name!r} already exists")
+                    meta = None
+                else:
+                    meta = ctx.manager.create_topic(t.name, partitions, configs)
+            except InvalidConfigError as e:
+                # the topic store refuses a partition count as a config (storage knows no
+                # Kafka codes): name it for the table
+                if isinstance(e, InvalidPartitionsError) or "partitions" not in str(e):
+                    raise
+                raise InvalidPartitionsError(str(e)) from e
             if meta is not None:
                 entry.update(
                     topic_id=uuid.UUID(meta.topic_id),
@@ -164,10 +174,7 @@ async def create_topics(ctx: RequestContext, header: Any, req: Any) -> dict[str,
                     ],
                 )
         except (SparkLogError, ValueError) as e:
-            code = error_code(e)
-            if isinstance(e, InvalidConfigError) and "partitions" in str(e):
-                code = ErrorCode.invalid_partitions
-            entry.update(error_code=code, error_message=str(e))
+            entry.update(error_code=error_code(e), error_message=str(e))
         out.append(entry)
     return {"throttle_time": 0, "topics": out}
 
@@ -251,14 +258,16 @@ async def create_partitions(ctx: RequestContext, header: Any, req: Any) -> dict[
                 )
             if req.validate_only:
                 if int(t.count) <= meta.partitions:
-                    raise InvalidConfigError(f"partitions must grow beyond {meta.partitions}")
+                    raise InvalidPartitionsError(f"partitions must grow beyond {meta.partitions}")
             else:
-                ctx.manager.add_partitions(t.name, int(t.count))
+                try:
+                    ctx.manager.add_partitions(t.name, int(t.count))
+                except InvalidConfigError as e:  # the topic store's word for a bad count
+                    if isinstance(e, InvalidPartitionsError):
+                        raise
+                    raise InvalidPartitionsError(str(e)) from e
         except (SparkLogError, ValueError) as e:
-            code = error_code(e)
-            if isinstance(e, InvalidConfigError):
-                code = ErrorCode.invalid_partitions
-            entry.update(error_code=code, error_message=str(e))
+            entry.update(error_code=error_code(e), error_message=str(e))
         out.append(entry)
     return {"throttle_time": 0, "results": out}
 
@@ -316,9 +325,8 @@ async def describe_configs(ctx: RequestContext, header: Any, req: Any) -> dict[s
                     if not r.configuration_keys or k in r.configuration_keys
                 ]
             else:
-                entry.update(
-                    error_code=ErrorCode.invalid_request,
-                    error_message=f"resource type {r.resource_type} is not supported",
+                raise UnsupportedResourceTypeError(
+                    f"resource type {r.resource_type} is not supported"
                 )
         except (SparkLogError, ValueError) as e:
             entry.update(error_code=error_code(e), error_message=str(e))
@@ -348,27 +356,24 @@ def _alter_entry(r: Any) -> dict[str, Any]:
     }
 
 
-def _refuse_unsupported(r: Any, entry: dict[str, Any]) -> bool:
-    """Refuse what cannot be altered (see the module docstring); True if refused."""
+def _check_alterable(r: Any) -> None:
+    """Refuse what cannot be altered (see the module docstring)."""
     if r.resource_type == TOPIC_RESOURCE:
-        return False
+        return
     if r.resource_type == BROKER_RESOURCE and r.resource_name == "":
         static = sorted(c.name for c in r.configs if c.name not in BROKER_TOPIC_DEFAULTS)
-        if not static:
-            return False
-        why = (
-            f"broker configs {static} are static: edit the broker's TOML file (--config) and "
-            f"restart; dynamic: {sorted(BROKER_TOPIC_DEFAULTS)}"
-        )
+        if static:
+            raise StaticBrokerConfigError(
+                f"broker configs {static} are static: edit the broker's TOML file (--config) "
+                f"and restart; dynamic: {sorted(BROKER_TOPIC_DEFAULTS)}"
+            )
     elif r.resource_type == BROKER_RESOURCE:
-        why = (
+        raise StaticBrokerConfigError(
             "per-broker configs are static (the broker's TOML file); topic defaults such as "
             "log.retention.ms are cluster-wide: set them with --entity-default"
         )
     else:
-        why = f"resource type {r.resource_type} is not supported"
-    entry.update(error_code=ErrorCode.invalid_request, error_message=why)
-    return True
+        raise UnsupportedResourceTypeError(f"resource type {r.resource_type} is not supported")
 
 
 def _unique_names(r: Any) -> list[str]:
@@ -389,27 +394,27 @@ def _alter_each(ctx: RequestContext, req: Any, change: ConfigChange) -> dict[str
     out = []
     for r in req.resources:
         entry = _alter_entry(r)
-        if not _refuse_unsupported(r, entry):
-            try:
-                _require_configs(ctx, Op.ALTER_CONFIGS, r)
-                _unique_names(r)
-                sets, deletes, replace = change(r)
-                validate_only = bool(req.validate_only)
-                if r.resource_type == BROKER_RESOURCE:
-                    ctx.manager.storage.topics.set_defaults(
-                        {BROKER_TOPIC_DEFAULTS[k]: v for k, v in sets.items()},
-                        [BROKER_TOPIC_DEFAULTS[k] for k in deletes],
-                        replace=replace, validate_only=validate_only,
-                    )  # fmt: skip
-                    if not validate_only:
-                        ctx.manager.sync_topics()  # open logs follow at once
-                else:
-                    ctx.manager.alter_configs(
-                        r.resource_name, sets, deletes,
-                        replace=replace, validate_only=validate_only,
-                    )  # fmt: skip
-            except (SparkLogError, ValueError) as e:
-                entry.update(error_code=error_code(e), error_message=str(e))
+        try:
+            _check_alterable(r)
+            _require_configs(ctx, Op.ALTER_CONFIGS, r)
+            _unique_names(r)
+            sets, deletes, replace = change(r)
+            validate_only = bool(req.validate_only)
+            if r.resource_type == BROKER_RESOURCE:
+                ctx.manager.storage.topics.set_defaults(
+                    {BROKER_TOPIC_DEFAULTS[k]: v for k, v in sets.items()},
+                    [BROKER_TOPIC_DEFAULTS[k] for k in deletes],
+                    replace=replace, validate_only=validate_only,
+                )  # fmt: skip
+                if not validate_only:
+                    ctx.manager.sync_topics()  # open logs follow at once
+            else:
+                ctx.manager.alter_configs(
+                    r.resource_name, sets, deletes,
+                    replace=replace, validate_only=validate_only,
+                )  # fmt: skip
+        except (SparkLogError, ValueError) as e:
+            entry.update(error_code=error_code(e), error_message=str(e))
         out.append(entry)
     return {"throttle_time": 0, "responses": out}
 

@@ -11,7 +11,7 @@ from sparklog.broker.authorization import NOT_REQUESTED, authorized_operations
 from sparklog.broker.context import RequestContext
 from sparklog.broker.errors import error_code
 from sparklog.broker.replicas import in_sync, reported
-from sparklog.errors import FrameError, SparkLogError, UnknownTopicError
+from sparklog.errors import FrameError, SparkLogError
 from sparklog.security.acls import AclOperation as Op
 from sparklog.security.acls import ResourceType as RT
 
@@ -31,6 +31,7 @@ def _cluster_partition(ctx: RequestContext, name: str, p: int) -> dict[str, Any]
         redundant = ctx.manager.storage.fs.redundant
         epoch, replicas = a.leader_epoch, reported(a.leader, a.replicas, redundant=redundant)
     return {
+        # the partition's state as the cluster view reports it, not a refusal of the request
         "error_code": ErrorCode.none if leader >= 0 else ErrorCode.leader_not_available,
         "partition_index": p,
         "leader_id": leader,
@@ -150,12 +151,9 @@ async def metadata(ctx: RequestContext, header: Any, req: Any) -> dict[str, Any]
                 ctx.auto_create(name)
             topics.append(_topic_entry(ctx, name, with_ops))
         except (SparkLogError, ValueError) as e:
-            code = error_code(e)
-            if isinstance(e, UnknownTopicError):
-                code = ErrorCode.unknown_topic_or_partition
             topics.append(
                 {
-                    "error_code": code,
+                    "error_code": error_code(e),
                     "name": name,
                     "topic_id": uuid.UUID(int=0),
                     "is_internal": False,

@@ -41,6 +41,7 @@ from sparklog.broker.partitions import PartitionHandle
 from sparklog.broker.replicas import reported
 from sparklog.errors import (
     NotLeaderError,
+    OffsetNotAvailableError,
     OffsetOutOfRangeError,
     SparkLogError,
     TopicAuthorizationError,
@@ -126,16 +127,21 @@ def _read_partition(
     if committed:
         entry["aborted_transactions"] = []
     offset = int(p.fetch_offset)
-    if waiter is FOLLOWER and offset > hw >= start:
-        return {**entry, "error_code": ErrorCode.offset_not_available}, waiter, 0
-    if offset < start or offset > hw:
-        return {**entry, "error_code": ErrorCode.offset_out_of_range}, waiter, 0
     end = lso if committed else hw
     limit = min(int(p.partition_max_bytes), budget)
-    if offset >= end or (limit <= 0 and not first):
-        return {**entry, "records": b""}, waiter, 0
     codec = CODECS.get(meta.config.compression_type, 0)
     try:
+        if waiter is FOLLOWER and offset > hw >= start:
+            raise OffsetNotAvailableError(
+                f"{topic}-{p.partition}: offset {offset} is past the high watermark {hw} "
+                "this follower has read so far"
+            )
+        if offset < start or offset > hw:
+            raise OffsetOutOfRangeError(
+                f"{topic}-{p.partition}: offset {offset} is outside [{start}, {hw}]"
+            )
+        if offset >= end or (limit <= 0 and not first):
+            return {**entry, "records": b""}, waiter, 0
         batches = view.read(offset, max_bytes=max(limit, 1), end_offset=end, at_least_one=first)
         data = encode_batches(batches, codec=codec)
         if not first and len(data) > limit:  # encoded bigger than the Arrow bytes: shrink
@@ -144,8 +150,6 @@ def _read_partition(
             data = encode_batches(batches, codec=codec)
             if len(data) > limit:
                 batches, data = [], b""
-    except OffsetOutOfRangeError:
-        return {**entry, "error_code": ErrorCode.offset_out_of_range}, waiter, 0
     except SparkLogError as e:
         return {**entry, "error_code": error_code(e)}, waiter, 0
     if committed and batches:

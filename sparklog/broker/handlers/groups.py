@@ -16,7 +16,21 @@ from sparklog.broker.context import RequestContext
 from sparklog.broker.coordinators.group_offsets import CommitEntry
 from sparklog.broker.coordinators.group_state import JoinRequest, JoinResult
 from sparklog.broker.errors import error_code
-from sparklog.errors import GroupError, GroupNotFoundError, SparkLogError
+from sparklog.errors import (
+    CoordinatorNotAvailableError,
+    GroupAuthorizationError,
+    GroupError,
+    GroupNotFoundError,
+    GroupSubscribedToTopicError,
+    OffsetCommitStorageError,
+    SparkLogError,
+    TopicAuthorizationError,
+    TransactionalIdAuthorizationError,
+    UnknownPartitionError,
+    UnknownTopicError,
+    UnstableOffsetCommitError,
+    UnsupportedCoordinatorTypeError,
+)
 from sparklog.security.acls import AclOperation as Op
 from sparklog.security.acls import ResourceType as RT
 
@@ -29,17 +43,19 @@ def _ms(value: Any, default: int) -> int:
     return int(value)
 
 
+_NO_NODE: dict[str, Any] = {"node_id": -1, "host": "", "port": -1}
+
+
 def _coordinator(ctx: RequestContext, key: str, key_type: int = 0) -> dict[str, Any]:
     """This broker (embedded), or the leader of the group's ``__consumer_offsets``
     partition - of the transactional id's ``__transaction_state`` partition for key type 1
-    (cluster mode; COORDINATOR_NOT_AVAILABLE while it has none)."""
+    (cluster mode; CoordinatorNotAvailableError while it has none)."""
     me = {"node_id": ctx.node_id, "host": ctx.host, "port": ctx.port}
     cluster = ctx.cluster
     if key_type not in (0, 1):
-        return {"node_id": -1, "host": "", "port": -1, "error_code": ErrorCode.invalid_request,
-                "error_message": f"coordinator key type {key_type} is not served"}  # fmt: skip
+        raise UnsupportedCoordinatorTypeError(f"coordinator key type {key_type} is not served")
     if cluster is None:
-        return {**me, "error_code": ErrorCode.none, "error_message": None}
+        return me
     if key_type == 1:
         from sparklog.broker.coordinators.transactions import TXN_TOPIC, txn_partition
 
@@ -47,28 +63,32 @@ def _coordinator(ctx: RequestContext, key: str, key_type: int = 0) -> dict[str, 
     else:
         node = cluster.coordinator_of(key)
     if node == ctx.node_id:
-        return {**me, "error_code": ErrorCode.none, "error_message": None}
+        return me
     b = cluster.view.brokers.get(node)
     if b is None:
-        return {"node_id": -1, "host": "", "port": -1,
-                "error_code": ErrorCode.coordinator_not_available,
-                "error_message": f"group {key!r} has no live coordinator yet"}  # fmt: skip
+        raise CoordinatorNotAvailableError(f"group {key!r} has no live coordinator yet")
     host, port = b.address_for(ctx.connection.protocol)
-    return {"node_id": b.node_id, "host": host, "port": port,
-            "error_code": ErrorCode.none, "error_message": None}  # fmt: skip
+    return {"node_id": b.node_id, "host": host, "port": port}
+
+
+def _find_one(ctx: RequestContext, key: str, key_type: int) -> dict[str, Any]:
+    try:
+        node = _coordinator(ctx, key, key_type)
+    except SparkLogError as e:
+        return {"key": key, **_NO_NODE, "error_code": error_code(e), "error_message": str(e)}
+    return {"key": key, **node, "error_code": ErrorCode.none, "error_message": None}
 
 
 async def find_coordinator(ctx: RequestContext, header: Any, req: Any) -> dict[str, Any]:
     keys = list(getattr(req, "coordinator_keys", ()) or [getattr(req, "key", "")])
     key_type = int(getattr(req, "key_type", 0))
-    found = [{"key": k, **_coordinator(ctx, k, key_type)} for k in keys]
+    found = [_find_one(ctx, k, key_type) for k in keys]
     for entry in found:  # DESCRIBE on the group, or on the transactional id (key type 1)
         rtype = RT.TRANSACTIONAL_ID if key_type == 1 else RT.GROUP
         if not ctx.allowed(Op.DESCRIBE, rtype, entry["key"]):
-            denied = (ErrorCode.transactional_id_authorization_failed if key_type == 1
-                      else ErrorCode.group_authorization_failed)  # fmt: skip
-            why = f"{ctx.principal} may not DESCRIBE {entry['key']!r}"
-            entry.update(node_id=-1, host="", port=-1, error_code=denied, error_message=why)
+            denied = TransactionalIdAuthorizationError if key_type == 1 else GroupAuthorizationError
+            e = denied(f"{ctx.principal} may not DESCRIBE {entry['key']!r}")
+            entry.update(_NO_NODE, error_code=error_code(e), error_message=str(e))
     first = {k: v for k, v in found[0].items() if k != "key"}
     return {"throttle_time": 0, **first, "coordinators": found}
 
@@ -175,7 +195,7 @@ async def leave_group(ctx: RequestContext, header: Any, req: Any) -> dict[str, A
 async def offset_commit(ctx: RequestContext, header: Any, req: Any) -> dict[str, Any]:
     generation = int(getattr(req, "generation_id_or_member_epoch",
                              getattr(req, "generation_id", -1)))  # fmt: skip
-    code = ErrorCode.none
+    code = ErrorCode.none  # the group's answer, every partition's unless it refuses more
     try:
         ctx.require(Op.READ, RT.GROUP, req.group_id)
         ctx.check_coordinator(req.group_id)
@@ -190,15 +210,12 @@ async def offset_commit(ctx: RequestContext, header: Any, req: Any) -> dict[str,
         parts = []
         for p in t.partitions:
             pcode = code
-            if pcode == ErrorCode.none and not ctx.allowed(Op.READ, RT.TOPIC, t.name):
-                pcode = ErrorCode.topic_authorization_failed
             if pcode == ErrorCode.none:
                 try:
-                    ctx.manager.topic(t.name)
-                    if not 0 <= p.partition_index < ctx.manager.topic(t.name).partitions:
-                        pcode = ErrorCode.unknown_topic_or_partition
-                except (SparkLogError, ValueError):
-                    pcode = ErrorCode.unknown_topic_or_partition
+                    ctx.require(Op.READ, RT.TOPIC, t.name)
+                    _check_partition(ctx, t.name, int(p.partition_index))
+                except SparkLogError as e:
+                    pcode = error_code(e)
             if pcode == ErrorCode.none:
                 entries.append(
                     CommitEntry(
@@ -214,12 +231,42 @@ async def offset_commit(ctx: RequestContext, header: Any, req: Any) -> dict[str,
     if entries:
         try:
             await ctx.offsets.commit(req.group_id, entries)
-        except Exception:
+        except Exception as e:
+            failed = error_code(
+                OffsetCommitStorageError(f"group {req.group_id!r}: offsets not committed: {e}")
+            )
             for t in topics_out:
                 for p in t["partitions"]:
                     if p["error_code"] == ErrorCode.none:
-                        p["error_code"] = ErrorCode.kafka_storage_error
+                        p["error_code"] = failed
     return {"throttle_time": 0, "topics": topics_out}
+
+
+def _check_partition(ctx: RequestContext, topic: str, index: int) -> None:
+    """UNKNOWN_TOPIC_OR_PARTITION for a commit to a partition that does not exist (also
+    for a topic name that could not exist, as Kafka answers)."""
+    try:
+        partitions = ctx.manager.topic(topic).partitions
+    except (SparkLogError, ValueError) as e:
+        raise UnknownTopicError(f"offsets of topic {topic!r} cannot be committed: {e}") from e
+    if not 0 <= index < partitions:
+        raise UnknownPartitionError(f"{topic}-{index} does not exist ({partitions} partitions)")
+
+
+def _committed_code(
+    ctx: RequestContext, name: str, partition: int, described: bool, unstable: bool
+) -> ErrorCode:
+    """One committed offset's answer: DESCRIBE on its topic, and (``require_stable``) no
+    undecided transactional commit."""
+    if not described:
+        return error_code(
+            TopicAuthorizationError(f"{ctx.principal} may not DESCRIBE topic {name!r}")
+        )
+    if unstable:
+        return error_code(
+            UnstableOffsetCommitError(f"{name}-{partition}: a transaction's commit is undecided")
+        )
+    return ErrorCode.none
 
 
 def _fetch_group(
@@ -256,13 +303,7 @@ def _fetch_group(
                     "committed_offset": c.offset if c else -1,
                     "committed_leader_epoch": c.leader_epoch if c else -1,
                     "metadata": c.metadata if c else "",
-                    "error_code": (
-                        ErrorCode.topic_authorization_failed
-                        if not described
-                        else ErrorCode.unstable_offset_commit
-                        if (name, p) in unstable
-                        else ErrorCode.none
-                    ),
+                    "error_code": _committed_code(ctx, name, p, described, (name, p) in unstable),
                 }
             )
         out.append({"name": name, "partitions": rows})
@@ -310,13 +351,11 @@ async def describe_groups(ctx: RequestContext, header: Any, req: Any) -> dict[st
     out = []
     for gid in req.groups:
         ops = authorized_operations("group", requested, functools.partial(_group_op, ctx, gid))
-        if not ctx.allowed(Op.DESCRIBE, RT.GROUP, gid):
-            out.append({"error_code": ErrorCode.group_authorization_failed, "group_id": gid,
-                        "group_state": "", "protocol_type": "", "protocol_data": "",
-                        "members": [], "authorized_operations": ops})  # fmt: skip
-            continue
-        if not ctx.coordinates(gid):
-            out.append({"error_code": ErrorCode.not_coordinator, "group_id": gid,
+        try:
+            ctx.require(Op.DESCRIBE, RT.GROUP, gid)
+            ctx.check_coordinator(gid)
+        except GroupError as e:
+            out.append({"error_code": error_code(e), "group_id": gid,
                         "group_state": "", "protocol_type": "", "protocol_data": "",
                         "members": [], "authorized_operations": ops})  # fmt: skip
             continue
@@ -375,10 +414,15 @@ async def offset_delete(ctx: RequestContext, header: Any, req: Any) -> dict[str,
         if group is None and req.group_id not in ctx.offsets.offsets:
             raise GroupNotFoundError(f"group {req.group_id!r} has no members and no offsets")
         busy = group.subscribed_topics() if group is not None else set()
-        codes = {tp: ErrorCode.group_subscribed_to_topic for tp in wanted if tp[0] in busy}
         for tp in wanted:
-            if not ctx.allowed(Op.READ, RT.TOPIC, tp[0]):
-                codes[tp] = ErrorCode.topic_authorization_failed
+            try:
+                ctx.require(Op.READ, RT.TOPIC, tp[0])
+                if tp[0] in busy:
+                    raise GroupSubscribedToTopicError(
+                        f"group {req.group_id!r} has members subscribed to {tp[0]!r}"
+                    )
+            except SparkLogError as e:
+                codes[tp] = error_code(e)
         await ctx.offsets.delete_offsets(req.group_id, [tp for tp in wanted if tp not in codes])
         top = ErrorCode.none
     except GroupError as e:

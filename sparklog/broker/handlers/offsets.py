@@ -10,7 +10,7 @@ from kio.schema.errors import ErrorCode
 
 from sparklog.broker.context import RequestContext
 from sparklog.broker.errors import error_code
-from sparklog.errors import OffsetOutOfRangeError, SparkLogError
+from sparklog.errors import InvalidTimestampTargetError, OffsetOutOfRangeError, SparkLogError
 from sparklog.security.acls import AclOperation as Op
 from sparklog.security.acls import ResourceType as RT
 from sparklog.storage.reader import LogView
@@ -68,7 +68,10 @@ async def list_offsets(ctx: RequestContext, header: Any, req: Any) -> dict[str, 
                 elif target == MAX_TIMESTAMP:
                     entry["timestamp"], entry["offset"] = max_timestamp_offset(view)
                 elif target < 0:
-                    entry["error_code"] = ErrorCode.invalid_request
+                    raise InvalidTimestampTargetError(
+                        f"{t.name}-{p.partition_index}: timestamp {target} is not a time, nor "
+                        f"latest ({LATEST}), earliest ({EARLIEST}) or max ({MAX_TIMESTAMP})"
+                    )
                 else:
                     found = view.offset_for_timestamp(target)
                     if found is not None:

@@ -31,9 +31,14 @@ from sparklog.broker.context import RequestContext
 from sparklog.broker.errors import error_code
 from sparklog.errors import (
     AuthenticationError,
+    ClusterAuthorizationError,
+    DuplicateCredentialError,
     IllegalSaslStateError,
     SecurityDisabledError,
     SparkLogError,
+    UnacceptableCredentialError,
+    UnknownCredentialError,
+    UnsupportedSaslMechanismError,
 )
 from sparklog.security.acls import (
     AclBinding,
@@ -55,19 +60,34 @@ Op, RT = AclOperation, ResourceType
 log = logging.getLogger(__name__)
 
 
-async def sasl_handshake(ctx: RequestContext, header: Any, req: Any) -> dict[str, Any]:
+def _handshake_mechanism(ctx: RequestContext, req: Any, enabled: list[str]) -> str:
+    """The mechanism a SaslHandshake may start on this connection; a refusal that ends the
+    exchange also closes the connection after the answer, as Kafka does."""
     conn = ctx.connection
-    enabled = list(ctx.services.security.config.sasl_mechanisms) if ctx.services.security else []
     listener = conn.listener
     if listener is None or not listener.sasl:
         conn.close_after_response = True
-        return {"error_code": ErrorCode.illegal_sasl_state, "mechanisms": []}
-    if ctx.api_version == 0 and conn.authenticated:  # re-authentication needs v1 (KIP-368)
-        return {"error_code": ErrorCode.illegal_sasl_state, "mechanisms": []}
+        raise IllegalSaslStateError("SaslHandshake on a listener that does not take SASL")
+    if ctx.api_version == 0 and conn.authenticated:
+        raise IllegalSaslStateError("re-authentication needs SaslHandshake v1 (KIP-368)")
     mechanism = str(req.mechanism).upper()
     if mechanism not in enabled:
         conn.close_after_response = True
-        return {"error_code": ErrorCode.unsupported_sasl_mechanism, "mechanisms": enabled}
+        raise UnsupportedSaslMechanismError(
+            f"SASL mechanism {mechanism} is not enabled (enabled: {', '.join(enabled)})"
+        )
+    return mechanism
+
+
+async def sasl_handshake(ctx: RequestContext, header: Any, req: Any) -> dict[str, Any]:
+    conn = ctx.connection
+    enabled = list(ctx.services.security.config.sasl_mechanisms) if ctx.services.security else []
+    try:
+        mechanism = _handshake_mechanism(ctx, req, enabled)
+    except UnsupportedSaslMechanismError as e:
+        return {"error_code": error_code(e), "mechanisms": enabled}
+    except IllegalSaslStateError as e:
+        return {"error_code": error_code(e), "mechanisms": []}
     assert ctx.services.security is not None
     conn.sasl = SaslExchange(mechanism, ctx.services.security.credentials)
     if ctx.api_version == 0:
@@ -195,7 +215,7 @@ async def create_acls(ctx: RequestContext, header: Any, req: Any) -> dict[str, A
                 Permission(int(c.permission_type)),
             ).check()  # fmt: skip
         except ValueError as e:
-            results.append({"error_code": ErrorCode.invalid_request, "error_message": str(e)})
+            results.append({"error_code": error_code(e), "error_message": str(e)})
             continue
         good.append(b)
         results.append({"error_code": ErrorCode.none, "error_message": None})
@@ -248,10 +268,11 @@ async def describe_user_scram_credentials(
     for name in names:
         mechs = users.get(name)
         if not mechs:
-            results.append({"user": name, "error_code": ErrorCode.resource_not_found,
-                            "error_message": f"attempt to describe a user credential that "
-                                             f"does not exist: {name}",
-                            "credential_infos": []})  # fmt: skip
+            missing = UnknownCredentialError(
+                f"attempt to describe a user credential that does not exist: {name}"
+            )
+            results.append({"user": name, "error_code": error_code(missing),
+                            "error_message": str(missing), "credential_infos": []})  # fmt: skip
             continue
         results.append({"user": name, "error_code": ErrorCode.none, "error_message": None,
                         "credential_infos": [
@@ -267,27 +288,28 @@ async def alter_user_scram_credentials(
     security = ctx.services.security
     assert security is not None
     users = [d.name for d in req.deletions] + [u.name for u in req.upsertions]
-    errors: dict[str, tuple[ErrorCode, str]] = {}
-    if not ctx.allowed(Op.ALTER, RT.CLUSTER):
-        why = f"{ctx.principal} may not ALTER the cluster"
+    errors: dict[str, SparkLogError] = {}
+    try:
+        ctx.require(Op.ALTER, RT.CLUSTER)
+    except ClusterAuthorizationError as denied:
         return {"throttle_time": 0, "results": [
-            {"user": u, "error_code": ErrorCode.cluster_authorization_failed,
-             "error_message": why} for u in dict.fromkeys(users)]}  # fmt: skip
+            {"user": u, "error_code": error_code(denied), "error_message": str(denied)}
+            for u in dict.fromkeys(users)]}  # fmt: skip
     seen: set[tuple[str, int]] = set()
     for name, mech in [(d.name, int(d.mechanism)) for d in req.deletions] + [
         (u.name, int(u.mechanism)) for u in req.upsertions
     ]:
         if (name, mech) in seen:
-            errors[name] = (ErrorCode.duplicate_resource, f"a user credential cannot be altered "
-                            f"twice in the same request: {name}")  # fmt: skip
+            errors[name] = DuplicateCredentialError(
+                f"a user credential cannot be altered twice in the same request: {name}"
+            )
         seen.add((name, mech))
         if not name:
-            errors[name] = (ErrorCode.unacceptable_credential, "username must not be empty")
+            errors[name] = UnacceptableCredentialError("username must not be empty")
         try:
             mechanism_name(mech)
         except ValueError:
-            errors[name] = (ErrorCode.unsupported_sasl_mechanism, f"unknown SCRAM mechanism "
-                            f"code {mech}")  # fmt: skip
+            errors[name] = UnsupportedSaslMechanismError(f"unknown SCRAM mechanism code {mech}")
     upserts: list[tuple[str, Any]] = []
     deletes: list[tuple[str, str]] = []
     for u in req.upsertions:
@@ -298,7 +320,7 @@ async def alter_user_scram_credentials(
             if not u.salt or not u.salted_password:
                 raise ValueError("salt and salted password must not be empty")
         except ValueError as e:
-            errors[u.name] = (ErrorCode.unacceptable_credential, str(e))
+            errors[u.name] = UnacceptableCredentialError(str(e))
             continue
         upserts.append((u.name, from_salted_password(
             mechanism_name(int(u.mechanism)), bytes(u.salted_password), bytes(u.salt),
@@ -309,15 +331,20 @@ async def alter_user_scram_credentials(
             continue
         mech_name = mechanism_name(int(d.mechanism))
         if mech_name not in current.get(d.name, {}):
-            errors[d.name] = (ErrorCode.resource_not_found, f"attempt to delete a user "
-                              f"credential that does not exist: {d.name} {mech_name}")  # fmt: skip
+            errors[d.name] = UnknownCredentialError(
+                f"attempt to delete a user credential that does not exist: {d.name} {mech_name}"
+            )
             continue
         deletes.append((d.name, mech_name))
     upserts = [(n, c) for n, c in upserts if n not in errors]
     deletes = [(n, m) for n, m in deletes if n not in errors]
     if upserts or deletes:
         security.credentials.alter(upserts, deletes)
-    return {"throttle_time": 0, "results": [
-        {"user": u, "error_code": errors.get(u, (ErrorCode.none, None))[0],
-         "error_message": errors.get(u, (ErrorCode.none, None))[1]}
-        for u in dict.fromkeys(users)]}  # fmt: skip
+    return {"throttle_time": 0, "results": [_user_result(u, errors.get(u))
+                                            for u in dict.fromkeys(users)]}  # fmt: skip
+
+
+def _user_result(user: str, error: SparkLogError | None) -> dict[str, Any]:
+    if error is None:
+        return {"user": user, "error_code": ErrorCode.none, "error_message": None}
+    return {"user": user, "error_code": error_code(error), "error_message": str(error)}

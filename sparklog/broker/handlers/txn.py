@@ -25,6 +25,7 @@ from sparklog.errors import (
     ClusterAuthorizationError,
     InvalidProducerEpochError,
     NotCoordinatorError,
+    OperationNotAttemptedError,
     ProducerFencedError,
     SparkLogError,
     TopicsDeniedError,
@@ -66,7 +67,11 @@ async def init_producer_id(ctx: RequestContext, header: Any, req: Any) -> dict[s
     # some topic (CVE-2018-17196: no producer id for whoever may write nowhere)
     if not (ctx.allowed(Op.IDEMPOTENT_WRITE, RT.CLUSTER)
             or ctx.allowed_any(Op.WRITE, RT.TOPIC)):  # fmt: skip
-        out["error_code"] = ErrorCode.cluster_authorization_failed
+        out["error_code"] = error_code(
+            ClusterAuthorizationError(
+                f"{ctx.principal} may not IDEMPOTENT_WRITE the cluster nor WRITE any topic"
+            )
+        )
         return out
     if pid >= 0 and 0 <= epoch < 32767:
         # KIP-360: an idempotent producer that hit an error asks for a bumped epoch
@@ -81,6 +86,12 @@ async def init_producer_id(ctx: RequestContext, header: Any, req: Any) -> dict[s
     return out
 
 
+def _not_attempted(tid: str, tp: tuple[str, int]) -> OperationNotAttemptedError:
+    return OperationNotAttemptedError(
+        f"transactional id {tid!r}: {tp[0]}-{tp[1]} not added, another partition failed"
+    )
+
+
 async def add_partitions_to_txn(ctx: RequestContext, header: Any, req: Any) -> dict[str, Any]:
     tid = req.v3_and_below_transactional_id
     wanted = [(t.name, int(p)) for t in req.v3_and_below_topics for p in t.partitions]
@@ -93,17 +104,15 @@ async def add_partitions_to_txn(ctx: RequestContext, header: Any, req: Any) -> d
         _check_coordinator(ctx, tid)
         missing = ctx.transactions.check_partitions(wanted)
         if missing:
-            codes = {
-                tp: error_code(missing[tp]) if tp in missing else ErrorCode.operation_not_attempted
-                for tp in wanted
-            }
+            codes = {tp: error_code(missing.get(tp) or _not_attempted(tid, tp)) for tp in wanted}
         else:
             await ctx.transactions.add_partitions(
                 tid, int(req.v3_and_below_producer_id), int(req.v3_and_below_producer_epoch), wanted
             )
     except TopicsDeniedError as e:
-        codes = {tp: ErrorCode.topic_authorization_failed if tp in e.denied
-                 else ErrorCode.operation_not_attempted for tp in wanted}  # fmt: skip
+        codes = {
+            tp: error_code(e if tp in e.denied else _not_attempted(tid, tp)) for tp in wanted
+        }
     except (SparkLogError, ValueError) as e:
         codes = dict.fromkeys(wanted, error_code(e))
     topics: dict[str, list[dict[str, Any]]] = {}
