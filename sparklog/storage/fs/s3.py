@@ -17,8 +17,9 @@ Layout and guarantees in the bucket:
 - **``create_exclusive`` is a conditional PUT** (``If-None-Match: *``, obstore's
   ``mode="create"``): of writers racing for one key, on any number of hosts, exactly one
   succeeds and the others get 412, which is ``False`` here. This is atomic only where the
-  store implements conditional writes (AWS S3 since 2024, SeaweedFS since 4.18, recent
-  MinIO); a store that ignores the header lets the second writer overwrite. One
+  store implements conditional writes (AWS S3 since 2024, SeaweedFS since 4.18; for
+  others see their documentation); a store that ignores the header lets the second writer
+  overwrite. One
   ambiguity is inherent to HTTP: a PUT whose answer is lost (a timeout) is retried by the
   client, and if the first attempt did land, the retry gets 412 and this call returns
   ``False`` for a file it wrote.
