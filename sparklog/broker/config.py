@@ -113,12 +113,15 @@ class BrokerConfig:
             raise ValueError("listen must name at least one listener")
         protocols = [x.security_protocol for x in listeners]
         if len(set(protocols)) != len(protocols):
-            raise ValueError(f"listen {list(map(str, listeners))}: one listener per security "
-                             "protocol (the protocol names the listener)")  # fmt: skip
+            raise ValueError(
+                f"listen {list(map(str, listeners))}: one listener per security "
+                "protocol (the protocol names the listener)"
+            )
         sec = self.security
         if any(x.tls for x in listeners) and not sec.ssl_certfile:
-            raise ValueError("an SSL or SASL_SSL listener needs [security] ssl_certfile and "
-                             "ssl_keyfile")  # fmt: skip
+            raise ValueError(
+                "an SSL or SASL_SSL listener needs [security] ssl_certfile and ssl_keyfile"
+            )
         if any(x.sasl for x in listeners) and not sec.sasl_mechanisms:
             raise ValueError("a SASL listener needs [security] sasl_mechanisms")
         inter = (sec.inter_broker_listener or protocols[0]).upper()
@@ -128,8 +131,10 @@ class BrokerConfig:
                 "inter_broker_username and inter_broker_password"
             )
         if sec.inter_broker_listener and sec.inter_broker_listener.upper() not in protocols:
-            raise ValueError(f"[security] inter_broker_listener {sec.inter_broker_listener} "
-                             f"is not one of the listeners {protocols}")  # fmt: skip
+            raise ValueError(
+                f"[security] inter_broker_listener {sec.inter_broker_listener} "
+                f"is not one of the listeners {protocols}"
+            )
         if self.num_partitions < 1:
             raise ValueError(f"num_partitions must be >= 1, got {self.num_partitions}")
         if self.max_inflight_requests < 1:
@@ -142,8 +147,9 @@ class BrokerConfig:
             raise ValueError("socket_request_max_bytes must be at least 1024")
         TopicConfig.from_mapping(self.topic_defaults)
         if self.schema_registry_auth not in ("none", "basic"):
-            raise ValueError(f"schema_registry_auth must be none or basic, got "
-                             f"{self.schema_registry_auth!r}")  # fmt: skip
+            raise ValueError(
+                f"schema_registry_auth must be none or basic, got {self.schema_registry_auth!r}"
+            )
         https = self.schema_registry is not None and self.registry_address[0] == "https"
         if https and not sec.ssl_certfile:
             raise ValueError("an https schema_registry needs [security] ssl_certfile")
@@ -152,8 +158,10 @@ class BrokerConfig:
         if self.lag_sample_ms < 10 or self.lag_window < 2:
             raise ValueError("lag_sample_ms must be >= 10 and lag_window >= 2")
         if self.lease_ttl_ms < 1000:
-            raise ValueError(f"lease_ttl_ms must be >= 1000 (etcd leases are whole seconds), "
-                             f"got {self.lease_ttl_ms}")  # fmt: skip
+            raise ValueError(
+                f"lease_ttl_ms must be >= 1000 (etcd leases are whole seconds), "
+                f"got {self.lease_ttl_ms}"
+            )
 
     @property
     def clustered(self) -> bool:
@@ -216,8 +224,14 @@ TABLES = ("broker", "security", "topic_defaults")
 
 def _kind(value: Any) -> str:
     """What a TOML value is, in words."""
-    for t, word in ((bool, "a boolean"), (int, "an integer"), (float, "a float"),
-                    (str, "a string"), (list, "a list"), (dict, "a table")):  # fmt: skip
+    for t, word in (
+        (bool, "a boolean"),
+        (int, "an integer"),
+        (float, "a float"),
+        (str, "a string"),
+        (list, "a list"),
+        (dict, "a table"),
+    ):
         if isinstance(value, t):
             return word
     return "a date or time"
@@ -257,8 +271,9 @@ def _suggest(name: str, allowed: list[str], fmt: str = "{}") -> str:
     return f" (did you mean {fmt.format(close[0])}?)" if close else ""
 
 
-def check_table(path: str, table: str, cls: type, values: dict[str, Any], *,
-                skip: tuple[str, ...] = ()) -> None:  # fmt: skip
+def check_table(
+    path: str, table: str, cls: type, values: dict[str, Any], *, skip: tuple[str, ...] = ()
+) -> None:
     """ConfigFileError unless every key of ``values`` (the TOML table ``[table]``) is a field
     of the dataclass ``cls`` (except ``skip``) and its value fits the field's type. Derived
     from the fields, so a new setting is checked as soon as it exists."""

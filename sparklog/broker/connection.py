@@ -129,9 +129,12 @@ class Connection:
                 raw = self.raw_tokens
                 if size < (0 if raw else 8) or size > limit:
                     log.warning(
-                        "closing %s: request of %d bytes (limit %d%s)", self, size, limit,
+                        "closing %s: request of %d bytes (limit %d%s)",
+                        self,
+                        size,
+                        limit,
                         "" if self.authenticated else " before authentication",
-                    )  # fmt: skip
+                    )
                     break
                 frame = await _race(self._reader.readexactly(size), responder)
                 if frame is None:

@@ -79,22 +79,25 @@ class RequestContext:
         security = self.services.security
         if security is None:
             return True
-        return security.allowed(self.connection.principal, self.connection.peer_host, op,
-                                rtype, name)  # fmt: skip
+        return security.allowed(
+            self.connection.principal, self.connection.peer_host, op, rtype, name
+        )
 
     def allowed_any(self, op: AclOperation, rtype: ResourceType) -> bool:
         """Whether it may ``op`` some resource of ``rtype`` (KIP-679)."""
         security = self.services.security
         if security is None:
             return True
-        return security.allowed_any(self.connection.principal, self.connection.peer_host, op,
-                                    rtype)  # fmt: skip
+        return security.allowed_any(self.connection.principal, self.connection.peer_host, op, rtype)
 
     def require(self, op: AclOperation, rtype: ResourceType, name: str = CLUSTER_NAME) -> None:
         """Raise Kafka's authorization error for ``rtype`` unless ``allowed``."""
         if not self.allowed(op, rtype, name):
-            what = "the cluster" if rtype == ResourceType.CLUSTER else (
-                f"{rtype.name.lower().replace('_', ' ')} {name!r}")  # fmt: skip
+            what = (
+                "the cluster"
+                if rtype == ResourceType.CLUSTER
+                else (f"{rtype.name.lower().replace('_', ' ')} {name!r}")
+            )
             raise _DENIED[rtype](f"{self.connection.principal} may not {op.name} {what}")
 
     def may_create_topic(self, name: str) -> bool:

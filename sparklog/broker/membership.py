@@ -135,8 +135,9 @@ class EpochFence:
         self.refused += 1
         level = logging.DEBUG if (partition, epoch) in self._warned else logging.WARNING
         self._warned.add((partition, epoch))
-        log.log(level, "fence: %s-%d: acknowledgements refused: %s", partition[0], partition[1],
-                why)  # fmt: skip
+        log.log(
+            level, "fence: %s-%d: acknowledgements refused: %s", partition[0], partition[1], why
+        )
 
     def close(self) -> None:
         with contextlib.suppress(Exception):
@@ -230,8 +231,11 @@ class ClusterMember:
                 if time.monotonic() > deadline:
                     raise
                 if not said:
-                    log.info("%s; waiting up to %.0f s for its lease to expire", e,
-                             deadline - time.monotonic())  # fmt: skip
+                    log.info(
+                        "%s; waiting up to %.0f s for its lease to expire",
+                        e,
+                        deadline - time.monotonic(),
+                    )
                     said = True
                 await asyncio.sleep(0.5)
         self.fence = EpochFence(self._etcd, self._cluster, self.node_id, self.coord.lease_lost)
@@ -240,8 +244,11 @@ class ClusterMember:
             loop.create_task(self.role.run(self._stop)),
             loop.create_task(self._lead()),
         ]
-        log.info("broker %d joined the cluster (etcd %s)", self.node_id,
-                 ",".join(f"{h}:{p}" for h, p in self.coord.endpoints))  # fmt: skip
+        log.info(
+            "broker %d joined the cluster (etcd %s)",
+            self.node_id,
+            ",".join(f"{h}:{p}" for h, p in self.coord.endpoints),
+        )
 
     async def stop(self) -> None:
         """Give up every partition (closing its log: what was appended is acked if the fence
@@ -259,8 +266,13 @@ class ClusterMember:
         self._pool.shutdown(wait=True)
         if self.fence is not None:
             f = self.fence
-            log.info("broker %d: the fence ran %d checks in %d etcd reads, refused %d",
-                     self.node_id, f.checks, f.reads, f.refused)  # fmt: skip
+            log.info(
+                "broker %d: the fence ran %d checks in %d etcd reads, refused %d",
+                self.node_id,
+                f.checks,
+                f.reads,
+                f.refused,
+            )
             f.close()
         await self.coord.close()
 
@@ -334,13 +346,25 @@ class ClusterMember:
                     self._pool, self.manager.open_led, p[0], p[1], epoch, fence
                 )
             except SparkLogError as e:
-                log.warning("broker %d: taking %s-%d over at epoch %d failed: %s",
-                            self.node_id, p[0], p[1], epoch, e)  # fmt: skip
+                log.warning(
+                    "broker %d: taking %s-%d over at epoch %d failed: %s",
+                    self.node_id,
+                    p[0],
+                    p[1],
+                    epoch,
+                    e,
+                )
                 continue
             self.manager.install(p[0], p[1], plog, epoch)
             self.leadership_changes += 1
-            log.info("broker %d leads %s-%d at epoch %d from offset %d", self.node_id, p[0],
-                     p[1], epoch, plog.log_end_offset)  # fmt: skip
+            log.info(
+                "broker %d leads %s-%d at epoch %d from offset %d",
+                self.node_id,
+                p[0],
+                p[1],
+                epoch,
+                plog.log_end_offset,
+            )
             self._on_gained(p[0], p[1])
 
     def _fence_for(self, p: Partition, epoch: int) -> Callable[[], None] | None:
@@ -357,8 +381,13 @@ class ClusterMember:
         handle.log.abandon(NotLeaderError(f"{handle.label}: {why}"))
         self.manager.notify(handle)
         self.leadership_changes += 1
-        log.info("broker %d gave up %s (epoch %d): %s", self.node_id, handle.label,
-                 handle.leader_epoch, why)  # fmt: skip
+        log.info(
+            "broker %d gave up %s (epoch %d): %s",
+            self.node_id,
+            handle.label,
+            handle.leader_epoch,
+            why,
+        )
         self._on_lost(*key)
 
     async def give_up_topic(self, name: str) -> None:
@@ -406,20 +435,32 @@ class ClusterMember:
             return nxt
 
     async def write_remote_marker(
-        self, topic: str, partition: int, producer_id: int, epoch: int, commit: bool,
-        coordinator_epoch: int, timeout_s: float = 30.0,
-    ) -> None:  # fmt: skip
+        self,
+        topic: str,
+        partition: int,
+        producer_id: int,
+        epoch: int,
+        commit: bool,
+        coordinator_epoch: int,
+        timeout_s: float = 30.0,
+    ) -> None:
         """Send a transaction marker to the partition's leader (WriteTxnMarkers v1), again
         until it is written: a transaction's outcome, once prepared, must reach every one
         of its partitions, through leader changes (the marker is idempotent)."""
         from sparklog.kafka import wire
         from sparklog.kafka.client import KafkaClient
 
-        body = {"markers": [{
-            "producer_id": producer_id, "producer_epoch": epoch, "transaction_result": commit,
-            "topics": [{"name": topic, "partition_indexes": [partition]}],
-            "coordinator_epoch": coordinator_epoch,
-        }]}  # fmt: skip
+        body = {
+            "markers": [
+                {
+                    "producer_id": producer_id,
+                    "producer_epoch": epoch,
+                    "transaction_result": commit,
+                    "topics": [{"name": topic, "partition_indexes": [partition]}],
+                    "coordinator_epoch": coordinator_epoch,
+                }
+            ]
+        }
         deadline = time.monotonic() + timeout_s
         loop = asyncio.get_running_loop()
         why = "no leader"
@@ -429,8 +470,9 @@ class ClusterMember:
             if b is not None:
 
                 def send(b: BrokerInfo = b) -> int:
-                    settings = self.peer_settings(b) if self.peer_settings else (
-                        f"{b.host}:{b.port}")  # fmt: skip
+                    settings = (
+                        self.peer_settings(b) if self.peer_settings else (f"{b.host}:{b.port}")
+                    )
                     with KafkaClient(settings, timeout_s=10) as c:
                         r = c.request(wire.ApiKey.WRITE_TXN_MARKERS, 1, body)
                     return int(r.markers[0].topics[0].partitions[0].error_code)

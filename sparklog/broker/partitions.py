@@ -139,9 +139,10 @@ class PartitionManager:
         except UnknownTopicError:
             try:
                 meta = self.create_topic(
-                    name, partitions,
+                    name,
+                    partitions,
                     {"cleanup.policy": "compact", "segment.bytes": str(64 * 1024 * 1024)},
-                )  # fmt: skip
+                )
             except TopicExistsError:  # another broker of the cluster created it first
                 meta = self.topic(name)
         return meta.partitions
@@ -257,9 +258,15 @@ class PartitionManager:
         if self.foreign is not None:  # opening would commit an epoch over the other writer
             raise self.foreign
         return PartitionLog.open(
-            self.storage.fs, self.storage.root, topic, partition, meta.config,
-            writer=f"broker:{self.config.node_id}", leader_epoch=leader_epoch, fence=fence,
-        )  # fmt: skip
+            self.storage.fs,
+            self.storage.root,
+            topic,
+            partition,
+            meta.config,
+            writer=f"broker:{self.config.node_id}",
+            leader_epoch=leader_epoch,
+            fence=fence,
+        )
 
     def follower_view(self, topic: str, partition: int) -> LogView:
         """Cluster mode: a partition this broker does not lead, read from storage as any
@@ -354,17 +361,22 @@ class PartitionManager:
                 if after.version != before.version:
                     log.info(
                         "%s: manifest version %d by %s (log start %d -> %d, %d segments)",
-                        handle.label, after.version, after.writer or "?",
-                        before.log_start_offset, after.log_start_offset, len(after.segments),
-                    )  # fmt: skip
+                        handle.label,
+                        after.version,
+                        after.writer or "?",
+                        before.log_start_offset,
+                        after.log_start_offset,
+                        len(after.segments),
+                    )
                 if collect_garbage:
                     deleted = handle.log.collect_garbage().deleted
                     if deleted:
                         log.info("%s: deleted %d unreferenced files", handle.label, len(deleted))
             except Exception as e:
                 if (handle.topic, handle.partition) in self.handles:
-                    log.warning("%s: manifest refresh or garbage collection failed: %s",
-                                handle.label, e)  # fmt: skip
+                    log.warning(
+                        "%s: manifest refresh or garbage collection failed: %s", handle.label, e
+                    )
 
     def stop_writes(self, error: ForeignWriterError) -> None:
         """Another writer was found on this broker's storage (``error`` says who and
@@ -376,8 +388,9 @@ class PartitionManager:
             log.error(
                 "%s. This broker stops acknowledging writes to every partition of %s: stop "
                 "the other writer, check what it wrote, then restart this broker",
-                error, self.storage.uri,
-            )  # fmt: skip
+                error,
+                self.storage.uri,
+            )
         for handle in list(self.handles.values()):
             handle.log.fence_writes(self.foreign)
 

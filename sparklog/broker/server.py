@@ -62,13 +62,9 @@ from sparklog.broker.coordinators.groups import GroupCoordinator
 from sparklog.broker.coordinators.transactions import TXN_TOPIC, TransactionCoordinator
 from sparklog.broker.errors import error_code
 from sparklog.broker.membership import ClusterMember
+from sparklog.broker.observability.collector import BrokerCollector, MetricsSources
 from sparklog.broker.observability.lag import LagMonitor
-from sparklog.broker.observability.metrics import (
-    BrokerCollector,
-    BrokerMetrics,
-    MetricsServer,
-    MetricsSources,
-)
+from sparklog.broker.observability.metrics import BrokerMetrics, MetricsServer
 from sparklog.broker.partitions import PartitionManager
 from sparklog.broker.schema_registry.rest import RegistryApi
 from sparklog.broker.schema_registry.service import REGISTRY_ENDPOINT, SchemaRegistryService
@@ -110,15 +106,24 @@ class Broker:
         self.config = config
         self._ack_fence = ack_fence
         if not ack_fence and config.etcd:
-            log.warning("ack fence off: acknowledgements are not fenced by the leader epoch "
-                        "(for measurement only)")  # fmt: skip
+            log.warning(
+                "ack fence off: acknowledgements are not fenced by the leader epoch "
+                "(for measurement only)"
+            )
         #: how to reach etcd (cluster mode), read now: a missing password file or TLS file
         #: stops the broker before it touches its data dir
-        self.etcd = None if not config.etcd else EtcdSettings.from_options(
-            config.etcd, ca_file=config.etcd_ca_file, cert_file=config.etcd_cert_file,
-            key_file=config.etcd_key_file, user=config.etcd_user,
-            password_file=config.etcd_password_file,
-        )  # fmt: skip
+        self.etcd = (
+            None
+            if not config.etcd
+            else EtcdSettings.from_options(
+                config.etcd,
+                ca_file=config.etcd_ca_file,
+                cert_file=config.etcd_cert_file,
+                key_file=config.etcd_key_file,
+                user=config.etcd_user,
+                password_file=config.etcd_password_file,
+            )
+        )
         self.storage = Storage(config.data_dir)
         self._lease: Lease | None = None
         #: the root's owner record as this broker claimed it (``sparklog.storage.owner``)
@@ -151,9 +156,14 @@ class Broker:
         return self.manager.producer_ids.next_id()
 
     async def _remote_marker(
-        self, topic: str, partition: int, producer_id: int, epoch: int, commit: bool,
+        self,
+        topic: str,
+        partition: int,
+        producer_id: int,
+        epoch: int,
+        commit: bool,
         coordinator_epoch: int,
-    ) -> None:  # fmt: skip
+    ) -> None:
         """Cluster mode: send one marker to the partition's leader (WriteTxnMarkers)."""
         assert self.member is not None
         await self.member.write_remote_marker(
@@ -179,12 +189,13 @@ class Broker:
             )
             coordinator.start()
             transactions = TransactionCoordinator(
-                self.manager, offsets,
+                self.manager,
+                offsets,
                 next_producer_id=self._next_producer_id,
                 max_timeout_ms=self.config.transaction_max_timeout_ms,
                 abort_check_ms=self.config.transaction_abort_check_ms,
                 remote_marker=self._remote_marker if clustered else None,
-            )  # fmt: skip
+            )
             self.transactions = transactions
             if clustered:
                 transactions.ensure_topic()
@@ -198,9 +209,18 @@ class Broker:
                 self.metrics = BrokerMetrics()
             appends = AppendService(self.manager, transactions, self.registry, self.metrics)
             self.services = BrokerServices(
-                self.config.node_id, self.cluster_id, self.manager, coordinator, offsets,
-                transactions, appends, self.member, self.security, self.registry, self.metrics,
-            )  # fmt: skip
+                self.config.node_id,
+                self.cluster_id,
+                self.manager,
+                coordinator,
+                offsets,
+                transactions,
+                appends,
+                self.member,
+                self.security,
+                self.registry,
+                self.metrics,
+            )
             for server in self._servers:
                 await server.start_serving()
             registered = dict(self.endpoints)
@@ -248,10 +268,13 @@ class Broker:
                 tls = server_context(self.config.security)
             server = await asyncio.start_server(
                 functools.partial(self._accept, listener),
-                listener.host, listener.port, backlog=256,
+                listener.host,
+                listener.port,
+                backlog=256,
                 ssl=tls if listener.tls else None,
-                ssl_handshake_timeout=10 if listener.tls else None, start_serving=False,
-            )  # fmt: skip
+                ssl_handshake_timeout=10 if listener.tls else None,
+                start_serving=False,
+            )
             self._servers.append(server)
             sock = server.sockets[0].getsockname()
             host = self.config.advertised_host or sock[0]
@@ -269,9 +292,12 @@ class Broker:
         tls = server_context(sec) if scheme == "https" else None
         client_tls = ssl.create_default_context(cafile=sec.ssl_cafile) if tls else None
         api = RegistryApi(
-            self.registry, security=self.security, auth=self.config.schema_registry_auth,
-            scheme=scheme, client_ssl=client_tls,
-        )  # fmt: skip
+            self.registry,
+            security=self.security,
+            auth=self.config.schema_registry_auth,
+            scheme=scheme,
+            client_ssl=client_tls,
+        )
         self._registry_runner = web.AppRunner(api.app(), access_log=None)
         await self._registry_runner.setup()
         site = web.TCPSite(self._registry_runner, host, port, ssl_context=tls, backlog=256)
@@ -340,7 +366,9 @@ class Broker:
         host, port = peer.address_for(protocol)
         sasl, tls = protocol.startswith("SASL_"), protocol in ("SSL", "SASL_SSL")
         return ClientSettings(
-            f"{host}:{port}", 10.0, f"sparklog-broker-{self.config.node_id}",
+            f"{host}:{port}",
+            10.0,
+            f"sparklog-broker-{self.config.node_id}",
             security_protocol=protocol,
             sasl_mechanism=sec.sasl_mechanisms[0] if sasl and sec.sasl_mechanisms else "PLAIN",
             sasl_username=sec.inter_broker_username if sasl else None,
@@ -348,7 +376,7 @@ class Broker:
             ssl_cafile=sec.ssl_cafile if tls else None,
             ssl_certfile=sec.ssl_certfile if tls else None,
             ssl_keyfile=sec.ssl_keyfile if tls else None,
-        )  # fmt: skip
+        )
 
     async def _maintain(self) -> None:
         """Refresh manifests and collect garbage periodically (see the module docstring)."""
@@ -498,8 +526,12 @@ class Broker:
                 head.api_key, head.api_version, head.correlation_id, wire.build(cls, result)
             )
         if self.metrics is not None:
-            self.metrics.request(api.name, time.perf_counter() - began, len(frame),
-                                 len(response) if response is not None else 0)  # fmt: skip
+            self.metrics.request(
+                api.name,
+                time.perf_counter() - began,
+                len(frame),
+                len(response) if response is not None else 0,
+            )
         return response
 
 

@@ -404,15 +404,19 @@ def _alter_each(ctx: RequestContext, req: Any, change: ConfigChange) -> dict[str
                 ctx.manager.storage.topics.set_defaults(
                     {BROKER_TOPIC_DEFAULTS[k]: v for k, v in sets.items()},
                     [BROKER_TOPIC_DEFAULTS[k] for k in deletes],
-                    replace=replace, validate_only=validate_only,
-                )  # fmt: skip
+                    replace=replace,
+                    validate_only=validate_only,
+                )
                 if not validate_only:
                     ctx.manager.sync_topics()  # open logs follow at once
             else:
                 ctx.manager.alter_configs(
-                    r.resource_name, sets, deletes,
-                    replace=replace, validate_only=validate_only,
-                )  # fmt: skip
+                    r.resource_name,
+                    sets,
+                    deletes,
+                    replace=replace,
+                    validate_only=validate_only,
+                )
         except (SparkLogError, ValueError) as e:
             entry.update(error_code=error_code(e), error_message=str(e))
         out.append(entry)

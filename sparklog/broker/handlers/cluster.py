@@ -119,9 +119,10 @@ async def describe_cluster(ctx: RequestContext, header: Any, req: Any) -> dict[s
 
 def _cluster_ops(ctx: RequestContext, req: Any) -> int:
     return authorized_operations(
-        "cluster", bool(getattr(req, "include_cluster_authorized_operations", False)),
+        "cluster",
+        bool(getattr(req, "include_cluster_authorized_operations", False)),
         lambda op: ctx.allowed(Op(op), RT.CLUSTER),
-    )  # fmt: skip
+    )
 
 
 async def metadata(ctx: RequestContext, header: Any, req: Any) -> dict[str, Any]:

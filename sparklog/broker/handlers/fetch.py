@@ -111,8 +111,11 @@ def _read_partition(
         else:
             preferred = _preferred_replica(ctx, topic, p.partition, rack)
             if preferred >= 0:
-                return {**base, "error_code": ErrorCode.none,
-                        "preferred_read_replica": preferred}, None, 0  # fmt: skip
+                return (
+                    {**base, "error_code": ErrorCode.none, "preferred_read_replica": preferred},
+                    None,
+                    0,
+                )
             view, waiter = handle.log.view(), handle
     except (SparkLogError, ValueError) as e:
         return {**base, "error_code": error_code(e)}, None, 0
@@ -145,8 +148,9 @@ def _read_partition(
         batches = view.read(offset, max_bytes=max(limit, 1), end_offset=end, at_least_one=first)
         data = encode_batches(batches, codec=codec)
         if not first and len(data) > limit:  # encoded bigger than the Arrow bytes: shrink
-            batches = view.read(offset, max_bytes=limit * limit // len(data),
-                                end_offset=end, at_least_one=False)  # fmt: skip
+            batches = view.read(
+                offset, max_bytes=limit * limit // len(data), end_offset=end, at_least_one=False
+            )
             data = encode_batches(batches, codec=codec)
             if len(data) > limit:
                 batches, data = [], b""

@@ -122,14 +122,20 @@ def _join_response(r: JoinResult) -> dict[str, Any]:
     else:
         code = ErrorCode.none if r.error is None else error_code(r.error)
     members = [
-        {"member_id": m.member_id, "group_instance_id": m.group_instance_id,
-         "metadata": m.metadata}
+        {"member_id": m.member_id, "group_instance_id": m.group_instance_id, "metadata": m.metadata}
         for m in r.members
-    ]  # fmt: skip
-    return {"throttle_time": 0, "error_code": code, "generation_id": r.generation_id,
-            "protocol_type": r.protocol_type, "protocol_name": r.protocol_name,
-            "leader": r.leader, "skip_assignment": r.skip_assignment,
-            "member_id": r.member_id, "members": members}  # fmt: skip
+    ]
+    return {
+        "throttle_time": 0,
+        "error_code": code,
+        "generation_id": r.generation_id,
+        "protocol_type": r.protocol_type,
+        "protocol_name": r.protocol_name,
+        "leader": r.leader,
+        "skip_assignment": r.skip_assignment,
+        "member_id": r.member_id,
+        "members": members,
+    }
 
 
 async def sync_group(ctx: RequestContext, header: Any, req: Any) -> dict[str, Any]:
@@ -151,8 +157,13 @@ async def sync_group(ctx: RequestContext, header: Any, req: Any) -> dict[str, An
             "assignment": assignment,
         }
     except GroupError as e:
-        return {"throttle_time": 0, "error_code": error_code(e), "protocol_type": None,
-                "protocol_name": None, "assignment": b""}  # fmt: skip
+        return {
+            "throttle_time": 0,
+            "error_code": error_code(e),
+            "protocol_type": None,
+            "protocol_name": None,
+            "assignment": b"",
+        }
 
 
 async def heartbeat(ctx: RequestContext, header: Any, req: Any) -> dict[str, Any]:
@@ -160,9 +171,11 @@ async def heartbeat(ctx: RequestContext, header: Any, req: Any) -> dict[str, Any
         ctx.require(Op.READ, RT.GROUP, req.group_id)
         ctx.check_coordinator(req.group_id)
         ctx.coordinator.heartbeat(
-            req.group_id, req.member_id, getattr(req, "group_instance_id", None),
+            req.group_id,
+            req.member_id,
+            getattr(req, "group_instance_id", None),
             int(req.generation_id),
-        )  # fmt: skip
+        )
         code = ErrorCode.none
     except GroupError as e:
         code = error_code(e)
@@ -185,16 +198,20 @@ async def leave_group(ctx: RequestContext, header: Any, req: Any) -> dict[str, A
     if members is None:
         return {"throttle_time": 0, "error_code": leave(req.member_id, None), "members": []}
     out = [
-        {"member_id": m.member_id, "group_instance_id": m.group_instance_id,
-         "error_code": leave(m.member_id, m.group_instance_id)}
+        {
+            "member_id": m.member_id,
+            "group_instance_id": m.group_instance_id,
+            "error_code": leave(m.member_id, m.group_instance_id),
+        }
         for m in members
-    ]  # fmt: skip
+    ]
     return {"throttle_time": 0, "error_code": ErrorCode.none, "members": out}
 
 
 async def offset_commit(ctx: RequestContext, header: Any, req: Any) -> dict[str, Any]:
-    generation = int(getattr(req, "generation_id_or_member_epoch",
-                             getattr(req, "generation_id", -1)))  # fmt: skip
+    generation = int(
+        getattr(req, "generation_id_or_member_epoch", getattr(req, "generation_id", -1))
+    )
     code = ErrorCode.none  # the group's answer, every partition's unless it refuses more
     try:
         ctx.require(Op.READ, RT.GROUP, req.group_id)
@@ -330,16 +347,23 @@ async def list_groups(ctx: RequestContext, header: Any, req: Any) -> dict[str, A
     for gid, g in ctx.coordinator.groups.items():
         if not ctx.coordinates(gid):  # cluster mode: a group this broker coordinated once
             continue
-        rows[gid] = {"group_id": gid, "protocol_type": g.protocol_type or "consumer",
-                     "group_state": g.state.value}  # fmt: skip
+        rows[gid] = {
+            "group_id": gid,
+            "protocol_type": g.protocol_type or "consumer",
+            "group_state": g.state.value,
+        }
     everything = ctx.allowed(Op.DESCRIBE, RT.CLUSTER)  # else the groups it may describe
     groups = [
-        r for r in rows.values()
+        r
+        for r in rows.values()
         if (not wanted or r["group_state"] in wanted)
         and (everything or ctx.allowed(Op.DESCRIBE, RT.GROUP, r["group_id"]))
-    ]  # fmt: skip
-    return {"throttle_time": 0, "error_code": ErrorCode.none,
-            "groups": sorted(groups, key=lambda r: r["group_id"])}  # fmt: skip
+    ]
+    return {
+        "throttle_time": 0,
+        "error_code": ErrorCode.none,
+        "groups": sorted(groups, key=lambda r: r["group_id"]),
+    }
 
 
 def _group_op(ctx: RequestContext, group: str, op: int) -> bool:
@@ -355,17 +379,32 @@ async def describe_groups(ctx: RequestContext, header: Any, req: Any) -> dict[st
             ctx.require(Op.DESCRIBE, RT.GROUP, gid)
             ctx.check_coordinator(gid)
         except GroupError as e:
-            out.append({"error_code": error_code(e), "group_id": gid,
-                        "group_state": "", "protocol_type": "", "protocol_data": "",
-                        "members": [], "authorized_operations": ops})  # fmt: skip
+            out.append(
+                {
+                    "error_code": error_code(e),
+                    "group_id": gid,
+                    "group_state": "",
+                    "protocol_type": "",
+                    "protocol_data": "",
+                    "members": [],
+                    "authorized_operations": ops,
+                }
+            )
             continue
         g = ctx.coordinator.groups.get(gid)
         if g is None:
             state = "Empty" if gid in ctx.offsets.offsets else "Dead"
-            out.append({"error_code": ErrorCode.none, "group_id": gid, "group_state": state,
-                        "protocol_type": "consumer" if state == "Empty" else "",
-                        "protocol_data": "", "members": [],
-                        "authorized_operations": ops})  # fmt: skip
+            out.append(
+                {
+                    "error_code": ErrorCode.none,
+                    "group_id": gid,
+                    "group_state": state,
+                    "protocol_type": "consumer" if state == "Empty" else "",
+                    "protocol_data": "",
+                    "members": [],
+                    "authorized_operations": ops,
+                }
+            )
             continue
         members = [
             {
@@ -378,9 +417,17 @@ async def describe_groups(ctx: RequestContext, header: Any, req: Any) -> dict[st
             }
             for m in g.members.values()
         ]
-        out.append({"error_code": ErrorCode.none, "group_id": gid, "group_state": g.state.value,
-                    "protocol_type": g.protocol_type or "", "protocol_data": g.protocol_name or "",
-                    "members": members, "authorized_operations": ops})  # fmt: skip
+        out.append(
+            {
+                "error_code": ErrorCode.none,
+                "group_id": gid,
+                "group_state": g.state.value,
+                "protocol_type": g.protocol_type or "",
+                "protocol_data": g.protocol_name or "",
+                "members": members,
+                "authorized_operations": ops,
+            }
+        )
     return {"throttle_time": 0, "groups": out}
 
 

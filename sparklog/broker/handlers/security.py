@@ -98,8 +98,12 @@ async def sasl_handshake(ctx: RequestContext, header: Any, req: Any) -> dict[str
 def _auth_error(ctx: RequestContext, e: SparkLogError) -> dict[str, Any]:
     ctx.connection.close_after_response = True
     ctx.connection.sasl = None
-    return {"error_code": error_code(e), "error_message": str(e), "auth_bytes": b"",
-            "session_lifetime": 0}  # fmt: skip
+    return {
+        "error_code": error_code(e),
+        "error_message": str(e),
+        "auth_bytes": b"",
+        "session_lifetime": 0,
+    }
 
 
 def _step(ctx: RequestContext, token: bytes, reauth_supported: bool) -> tuple[bytes, int]:
@@ -131,8 +135,12 @@ async def sasl_authenticate(ctx: RequestContext, header: Any, req: Any) -> dict[
         answer, lifetime = _step(ctx, bytes(req.auth_bytes), ctx.api_version >= 1)
     except (AuthenticationError, IllegalSaslStateError) as e:
         return _auth_error(ctx, e)
-    return {"error_code": ErrorCode.none, "error_message": None, "auth_bytes": answer,
-            "session_lifetime": lifetime}  # fmt: skip
+    return {
+        "error_code": ErrorCode.none,
+        "error_message": None,
+        "auth_bytes": answer,
+        "session_lifetime": lifetime,
+    }
 
 
 async def _raw_token(ctx: RequestContext, token: bytes) -> bytes | None:
@@ -171,9 +179,15 @@ def _filter(f: Any) -> AclFilter:
 
 
 def _binding_out(b: AclBinding) -> dict[str, Any]:
-    return {"resource_type": int(b.resource_type), "resource_name": b.name,
-            "pattern_type": int(b.pattern_type), "principal": b.principal, "host": b.host,
-            "operation": int(b.operation), "permission_type": int(b.permission)}  # fmt: skip
+    return {
+        "resource_type": int(b.resource_type),
+        "resource_name": b.name,
+        "pattern_type": int(b.pattern_type),
+        "principal": b.principal,
+        "host": b.host,
+        "operation": int(b.operation),
+        "permission_type": int(b.permission),
+    }
 
 
 async def describe_acls(ctx: RequestContext, header: Any, req: Any) -> dict[str, Any]:
@@ -182,20 +196,33 @@ async def describe_acls(ctx: RequestContext, header: Any, req: Any) -> dict[str,
         ctx.require(Op.DESCRIBE, RT.CLUSTER)
         flt = _filter(req)
     except (SparkLogError, ValueError) as e:
-        return {"throttle_time": 0, "error_code": error_code(e), "error_message": str(e),
-                "resources": []}  # fmt: skip
+        return {
+            "throttle_time": 0,
+            "error_code": error_code(e),
+            "error_message": str(e),
+            "resources": [],
+        }
     resources: dict[tuple[int, str, int], list[dict[str, Any]]] = {}
     for b in security.acls.bindings():
         if flt.matches(b):
             key = (int(b.resource_type), b.name, int(b.pattern_type))
-            resources.setdefault(key, []).append({
-                "principal": b.principal, "host": b.host, "operation": int(b.operation),
-                "permission_type": int(b.permission)})  # fmt: skip
+            resources.setdefault(key, []).append(
+                {
+                    "principal": b.principal,
+                    "host": b.host,
+                    "operation": int(b.operation),
+                    "permission_type": int(b.permission),
+                }
+            )
     return {
-        "throttle_time": 0, "error_code": ErrorCode.none, "error_message": None,
-        "resources": [{"resource_type": t, "resource_name": n, "pattern_type": p, "acls": acls}
-                      for (t, n, p), acls in resources.items()],
-    }  # fmt: skip
+        "throttle_time": 0,
+        "error_code": ErrorCode.none,
+        "error_message": None,
+        "resources": [
+            {"resource_type": t, "resource_name": n, "pattern_type": p, "acls": acls}
+            for (t, n, p), acls in resources.items()
+        ],
+    }
 
 
 async def create_acls(ctx: RequestContext, header: Any, req: Any) -> dict[str, Any]:
@@ -209,11 +236,14 @@ async def create_acls(ctx: RequestContext, header: Any, req: Any) -> dict[str, A
     for c in req.creations:
         try:
             b = AclBinding(
-                ResourceType(int(c.resource_type)), c.resource_name,
+                ResourceType(int(c.resource_type)),
+                c.resource_name,
                 PatternType(int(getattr(c, "resource_pattern_type", PatternType.LITERAL))),
-                c.principal, c.host, AclOperation(int(c.operation)),
+                c.principal,
+                c.host,
+                AclOperation(int(c.operation)),
                 Permission(int(c.permission_type)),
-            ).check()  # fmt: skip
+            ).check()
         except ValueError as e:
             results.append({"error_code": error_code(e), "error_message": str(e)})
             continue
@@ -233,10 +263,20 @@ async def delete_acls(ctx: RequestContext, header: Any, req: Any) -> dict[str, A
         out = {"error_code": error_code(e), "error_message": str(e), "matching_acls": []}
         return {"throttle_time": 0, "filter_results": [out for _ in req.filters]}
     matched = security.delete_acls(filters)
-    return {"throttle_time": 0, "filter_results": [
-        {"error_code": ErrorCode.none, "error_message": None, "matching_acls": [
-            {"error_code": ErrorCode.none, "error_message": None, **_binding_out(b)} for b in m]}
-        for m in matched]}  # fmt: skip
+    return {
+        "throttle_time": 0,
+        "filter_results": [
+            {
+                "error_code": ErrorCode.none,
+                "error_message": None,
+                "matching_acls": [
+                    {"error_code": ErrorCode.none, "error_message": None, **_binding_out(b)}
+                    for b in m
+                ],
+            }
+            for m in matched
+        ],
+    }
 
 
 async def describe_client_quotas(ctx: RequestContext, header: Any, req: Any) -> dict[str, Any]:
@@ -246,10 +286,13 @@ async def describe_client_quotas(ctx: RequestContext, header: Any, req: Any) -> 
     try:
         ctx.require(Op.DESCRIBE_CONFIGS, RT.CLUSTER)
     except SparkLogError as e:
-        return {"throttle_time": 0, "error_code": error_code(e), "error_message": str(e),
-                "entries": None}  # fmt: skip
-    return {"throttle_time": 0, "error_code": ErrorCode.none, "error_message": None,
-            "entries": []}  # fmt: skip
+        return {
+            "throttle_time": 0,
+            "error_code": error_code(e),
+            "error_message": str(e),
+            "entries": None,
+        }
+    return {"throttle_time": 0, "error_code": ErrorCode.none, "error_message": None, "entries": []}
 
 
 async def describe_user_scram_credentials(
@@ -259,8 +302,12 @@ async def describe_user_scram_credentials(
     try:
         ctx.require(Op.DESCRIBE, RT.CLUSTER)
     except SparkLogError as e:
-        return {"throttle_time": 0, "error_code": error_code(e), "error_message": str(e),
-                "results": []}  # fmt: skip
+        return {
+            "throttle_time": 0,
+            "error_code": error_code(e),
+            "error_message": str(e),
+            "results": [],
+        }
     assert security is not None
     users = security.credentials.users()
     names = sorted(users) if req.users is None else [u.name for u in req.users]
@@ -271,15 +318,32 @@ async def describe_user_scram_credentials(
             missing = UnknownCredentialError(
                 f"attempt to describe a user credential that does not exist: {name}"
             )
-            results.append({"user": name, "error_code": error_code(missing),
-                            "error_message": str(missing), "credential_infos": []})  # fmt: skip
+            results.append(
+                {
+                    "user": name,
+                    "error_code": error_code(missing),
+                    "error_message": str(missing),
+                    "credential_infos": [],
+                }
+            )
             continue
-        results.append({"user": name, "error_code": ErrorCode.none, "error_message": None,
-                        "credential_infos": [
-                            {"mechanism": MECHANISMS[m][1], "iterations": c.iterations}
-                            for m, c in sorted(mechs.items())]})  # fmt: skip
-    return {"throttle_time": 0, "error_code": ErrorCode.none, "error_message": None,
-            "results": results}  # fmt: skip
+        results.append(
+            {
+                "user": name,
+                "error_code": ErrorCode.none,
+                "error_message": None,
+                "credential_infos": [
+                    {"mechanism": MECHANISMS[m][1], "iterations": c.iterations}
+                    for m, c in sorted(mechs.items())
+                ],
+            }
+        )
+    return {
+        "throttle_time": 0,
+        "error_code": ErrorCode.none,
+        "error_message": None,
+        "results": results,
+    }
 
 
 async def alter_user_scram_credentials(
@@ -292,9 +356,13 @@ async def alter_user_scram_credentials(
     try:
         ctx.require(Op.ALTER, RT.CLUSTER)
     except ClusterAuthorizationError as denied:
-        return {"throttle_time": 0, "results": [
-            {"user": u, "error_code": error_code(denied), "error_message": str(denied)}
-            for u in dict.fromkeys(users)]}  # fmt: skip
+        return {
+            "throttle_time": 0,
+            "results": [
+                {"user": u, "error_code": error_code(denied), "error_message": str(denied)}
+                for u in dict.fromkeys(users)
+            ],
+        }
     seen: set[tuple[str, int]] = set()
     for name, mech in [(d.name, int(d.mechanism)) for d in req.deletions] + [
         (u.name, int(u.mechanism)) for u in req.upsertions
@@ -322,9 +390,17 @@ async def alter_user_scram_credentials(
         except ValueError as e:
             errors[u.name] = UnacceptableCredentialError(str(e))
             continue
-        upserts.append((u.name, from_salted_password(
-            mechanism_name(int(u.mechanism)), bytes(u.salted_password), bytes(u.salt),
-            int(u.iterations))))  # fmt: skip
+        upserts.append(
+            (
+                u.name,
+                from_salted_password(
+                    mechanism_name(int(u.mechanism)),
+                    bytes(u.salted_password),
+                    bytes(u.salt),
+                    int(u.iterations),
+                ),
+            )
+        )
     current = security.credentials.users()
     for d in req.deletions:
         if d.name in errors:
@@ -340,8 +416,10 @@ async def alter_user_scram_credentials(
     deletes = [(n, m) for n, m in deletes if n not in errors]
     if upserts or deletes:
         security.credentials.alter(upserts, deletes)
-    return {"throttle_time": 0, "results": [_user_result(u, errors.get(u))
-                                            for u in dict.fromkeys(users)]}  # fmt: skip
+    return {
+        "throttle_time": 0,
+        "results": [_user_result(u, errors.get(u)) for u in dict.fromkeys(users)],
+    }
 
 
 def _user_result(user: str, error: SparkLogError | None) -> dict[str, Any]:

@@ -48,8 +48,12 @@ def _check_coordinator(ctx: RequestContext, tid: str) -> None:
 
 
 async def init_producer_id(ctx: RequestContext, header: Any, req: Any) -> dict[str, Any]:
-    out: dict[str, Any] = {"throttle_time": 0, "error_code": ErrorCode.none,
-                           "producer_id": -1, "producer_epoch": -1}  # fmt: skip
+    out: dict[str, Any] = {
+        "throttle_time": 0,
+        "error_code": ErrorCode.none,
+        "producer_id": -1,
+        "producer_epoch": -1,
+    }
     pid = int(getattr(req, "producer_id", -1))
     epoch = int(getattr(req, "producer_epoch", -1))
     tid = req.transactional_id
@@ -65,8 +69,7 @@ async def init_producer_id(ctx: RequestContext, header: Any, req: Any) -> dict[s
         return out
     # KIP-679: an idempotent producer needs IDEMPOTENT_WRITE on the cluster, or WRITE on
     # some topic (CVE-2018-17196: no producer id for whoever may write nowhere)
-    if not (ctx.allowed(Op.IDEMPOTENT_WRITE, RT.CLUSTER)
-            or ctx.allowed_any(Op.WRITE, RT.TOPIC)):  # fmt: skip
+    if not (ctx.allowed(Op.IDEMPOTENT_WRITE, RT.CLUSTER) or ctx.allowed_any(Op.WRITE, RT.TOPIC)):
         out["error_code"] = error_code(
             ClusterAuthorizationError(
                 f"{ctx.principal} may not IDEMPOTENT_WRITE the cluster nor WRITE any topic"
@@ -110,9 +113,7 @@ async def add_partitions_to_txn(ctx: RequestContext, header: Any, req: Any) -> d
                 tid, int(req.v3_and_below_producer_id), int(req.v3_and_below_producer_epoch), wanted
             )
     except TopicsDeniedError as e:
-        codes = {
-            tp: error_code(e if tp in e.denied else _not_attempted(tid, tp)) for tp in wanted
-        }
+        codes = {tp: error_code(e if tp in e.denied else _not_attempted(tid, tp)) for tp in wanted}
     except (SparkLogError, ValueError) as e:
         codes = dict.fromkeys(wanted, error_code(e))
     topics: dict[str, list[dict[str, Any]]] = {}
@@ -133,9 +134,11 @@ async def add_offsets_to_txn(ctx: RequestContext, header: Any, req: Any) -> dict
         ctx.require(Op.READ, RT.GROUP, req.group_id)
         _check_coordinator(ctx, req.transactional_id)
         await ctx.transactions.add_partitions(
-            req.transactional_id, int(req.producer_id), int(req.producer_epoch),
+            req.transactional_id,
+            int(req.producer_id),
+            int(req.producer_epoch),
             [(OFFSETS_TOPIC, offsets_partition(req.group_id))],
-        )  # fmt: skip
+        )
         code = ErrorCode.none
     except (SparkLogError, ValueError) as e:
         code = error_code(e)
@@ -147,9 +150,11 @@ async def end_txn(ctx: RequestContext, header: Any, req: Any) -> dict[str, Any]:
         ctx.require(Op.WRITE, RT.TRANSACTIONAL_ID, req.transactional_id)
         _check_coordinator(ctx, req.transactional_id)
         await ctx.transactions.end_txn(
-            req.transactional_id, int(req.producer_id), int(req.producer_epoch),
+            req.transactional_id,
+            int(req.producer_id),
+            int(req.producer_epoch),
             bool(req.committed),
-        )  # fmt: skip
+        )
         code = ErrorCode.none
     except (SparkLogError, ValueError) as e:
         code = error_code(e)
@@ -188,8 +193,9 @@ async def txn_offset_commit(ctx: RequestContext, header: Any, req: Any) -> dict[
         code = error_code(e)
     topics: dict[str, list[dict[str, Any]]] = {}
     for e_ in entries:
-        topics.setdefault(e_.topic, []).append({"partition_index": e_.partition,
-                                                 "error_code": code})  # fmt: skip
+        topics.setdefault(e_.topic, []).append(
+            {"partition_index": e_.partition, "error_code": code}
+        )
     return {
         "throttle_time": 0,
         "topics": [{"name": t, "partitions": ps} for t, ps in topics.items()],
@@ -211,10 +217,15 @@ async def write_txn_markers(ctx: RequestContext, header: Any, req: Any) -> dict[
                         raise ClusterAuthorizationError(f"{ctx.principal} may not write markers")
                     ctx.manager.led(t.name, int(p))
                     await write_local_marker(
-                        ctx.manager, ctx.offsets, t.name, int(p), int(m.producer_id),
-                        int(m.producer_epoch), bool(m.transaction_result),
+                        ctx.manager,
+                        ctx.offsets,
+                        t.name,
+                        int(p),
+                        int(m.producer_id),
+                        int(m.producer_epoch),
+                        bool(m.transaction_result),
                         int(m.coordinator_epoch),
-                    )  # fmt: skip
+                    )
                     code = ErrorCode.none
                 except (SparkLogError, ValueError) as e:
                     code = error_code(e)
@@ -230,13 +241,22 @@ async def describe_transactions(ctx: RequestContext, header: Any, req: Any) -> d
         try:
             ctx.require(Op.DESCRIBE, RT.TRANSACTIONAL_ID, tid)
             _check_coordinator(ctx, tid)
-            out.append({"error_code": ErrorCode.none,
-                        **describe_entry(ctx.transactions.describe(tid))})  # fmt: skip
+            out.append(
+                {"error_code": ErrorCode.none, **describe_entry(ctx.transactions.describe(tid))}
+            )
         except SparkLogError as e:
-            out.append({"error_code": error_code(e), "transactional_id": tid,
-                        "transaction_state": "", "transaction_timeout": 0,
-                        "transaction_start_time": -1, "producer_id": -1, "producer_epoch": -1,
-                        "topics": []})  # fmt: skip
+            out.append(
+                {
+                    "error_code": error_code(e),
+                    "transactional_id": tid,
+                    "transaction_state": "",
+                    "transaction_timeout": 0,
+                    "transaction_start_time": -1,
+                    "producer_id": -1,
+                    "producer_epoch": -1,
+                    "topics": [],
+                }
+            )
     return {"throttle_time": 0, "transaction_states": out}
 
 
@@ -257,8 +277,13 @@ async def list_transactions(ctx: RequestContext, header: Any, req: Any) -> dict[
             continue
         if min_duration >= 0 and (meta.start_ms < 0 or now - meta.start_ms < min_duration):
             continue
-        rows.append({"transactional_id": tid, "producer_id": meta.producer_id,
-                     "transaction_state": meta.state})  # fmt: skip
+        rows.append(
+            {
+                "transactional_id": tid,
+                "producer_id": meta.producer_id,
+                "transaction_state": meta.state,
+            }
+        )
     return {
         "throttle_time": 0,
         "error_code": ErrorCode.none,
@@ -274,8 +299,12 @@ async def describe_producers(ctx: RequestContext, header: Any, req: Any) -> dict
     for t in req.topics:
         parts = []
         for p in t.partition_indexes:
-            entry: dict[str, Any] = {"partition_index": int(p), "error_code": ErrorCode.none,
-                                     "error_message": None, "active_producers": []}  # fmt: skip
+            entry: dict[str, Any] = {
+                "partition_index": int(p),
+                "error_code": ErrorCode.none,
+                "error_message": None,
+                "active_producers": [],
+            }
             try:
                 ctx.require(Op.READ, RT.TOPIC, t.name)
                 handle = ctx.manager.led(t.name, int(p))

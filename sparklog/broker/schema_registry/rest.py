@@ -226,15 +226,21 @@ class RegistryApi:
             raise RegistryUnavailableError("no broker leads _schemas now; retry")
         if self._session is None:
             self._session = ClientSession(timeout=ClientTimeout(total=30))
-        headers = {k: v for k, v in request.headers.items()
-                   if k.lower() in ("authorization", "content-type", "accept")}  # fmt: skip
+        headers = {
+            k: v
+            for k, v in request.headers.items()
+            if k.lower() in ("authorization", "content-type", "accept")
+        }
         headers[FORWARDED] = str(self.service.node_id)
         url = f"{self.scheme}://{leader}{request.rel_url}"
         try:
             async with self._session.request(
-                request.method, url, data=await request.read(), headers=headers,
+                request.method,
+                url,
+                data=await request.read(),
+                headers=headers,
                 ssl=self.client_ssl if self.client_ssl is not None else True,
-            ) as resp:  # fmt: skip
+            ) as resp:
                 body = await resp.read()
                 return web.Response(status=resp.status, body=body, content_type=CONTENT_TYPE)
         except (ClientError, TimeoutError) as e:
@@ -257,15 +263,17 @@ class RegistryApi:
             raise InvalidSchemaError("the request needs a 'schema' string")
 
         def compute(state: RegistryState) -> tuple[Any, Any]:
-            parsed = state.parse_request(body["schema"], body.get("schemaType"),
-                                         body.get("references"))  # fmt: skip
+            parsed = state.parse_request(
+                body["schema"], body.get("schemaType"), body.get("references")
+            )
             sid = body.get("id")
             ver = body.get("version")
             sv, records = state.register(
-                subject, parsed,
+                subject,
+                parsed,
                 schema_id=int(sid) if sid not in (None, -1, 0) else None,
                 version=int(ver) if ver not in (None, -1, 0) else None,
-            )  # fmt: skip
+            )
             return _registered(sv), records
 
         return await self._change(request, compute)
@@ -278,8 +286,9 @@ class RegistryApi:
 
         def query(state: RegistryState) -> Any:
             state.versions(subject, deleted=True)  # 40401 first, as Confluent's
-            parsed = state.parse_request(body["schema"], body.get("schemaType"),
-                                         body.get("references"))  # fmt: skip
+            parsed = state.parse_request(
+                body["schema"], body.get("schemaType"), body.get("references")
+            )
             return _registered(state.lookup(subject, parsed, deleted=_flag(request, "deleted")))
 
         return _answer(self.service.read(query))
@@ -300,8 +309,9 @@ class RegistryApi:
         return _answer(_registered(self._version(request)))
 
     async def version_schema(self, request: web.Request) -> web.StreamResponse:
-        return web.Response(body=self._version(request).schema.schema.encode(),
-                            content_type=CONTENT_TYPE)  # fmt: skip
+        return web.Response(
+            body=self._version(request).schema.schema.encode(), content_type=CONTENT_TYPE
+        )
 
     async def referenced_by(self, request: web.Request) -> web.StreamResponse:
         subject, version = request.match_info["subject"], request.match_info["version"]
@@ -385,8 +395,9 @@ class RegistryApi:
             raise InvalidSchemaError("the request needs a 'schema' string")
 
         def query(state: RegistryState) -> list[str]:
-            parsed = state.parse_request(body["schema"], body.get("schemaType"),
-                                         body.get("references"))  # fmt: skip
+            parsed = state.parse_request(
+                body["schema"], body.get("schemaType"), body.get("references")
+            )
             if version is not None and subject not in state.subjects:
                 return []  # a missing subject is compatible with anything
             return state.check(subject, parsed, version)

@@ -155,9 +155,11 @@ class SchemaRegistryService:
                 # this broker writes no more at this epoch; the next leader (this one at a
                 # newer epoch, or another) reads them before its first change.
                 self._failed_epoch = epoch
-                log.warning("a registry change was not written (the log may still hold it): "
-                            "no more changes at leader epoch %d; reading _schemas again",
-                            epoch)  # fmt: skip
+                log.warning(
+                    "a registry change was not written (the log may still hold it): "
+                    "no more changes at leader epoch %d; reading _schemas again",
+                    epoch,
+                )
                 self.state, self._next = RegistryState(), 0
                 try:
                     self.refresh()
@@ -169,10 +171,12 @@ class SchemaRegistryService:
     async def _append(self, records: list[Record]) -> None:
         handle = self.manager.partition(SCHEMAS_TOPIC, 0)
         batch = pa.RecordBatch.from_arrays(
-            [pa.array([k for k, _ in records], pa.binary()),
-             pa.array([v for _, v in records], pa.binary())],
+            [
+                pa.array([k for k, _ in records], pa.binary()),
+                pa.array([v for _, v in records], pa.binary()),
+            ],
             names=["key", "value"],
-        )  # fmt: skip
+        )
         result = handle.log.append(batch, durable=False)
         await self.manager.wait_durable(handle, result.last_offset + 1)
         self._next = result.last_offset + 1

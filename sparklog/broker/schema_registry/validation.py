@@ -93,8 +93,13 @@ def _check(
     for i in unframed:
         guid = guids.get(i)
         if guid is None:
-            bad.append((i, f"the {column} has no schema id (neither Confluent's 5-byte prefix "
-                           f"nor a {header} header)"))  # fmt: skip
+            bad.append(
+                (
+                    i,
+                    f"the {column} has no schema id (neither Confluent's 5-byte prefix "
+                    f"nor a {header} header)",
+                )
+            )
             continue
         sid = _guid_id(state, guid)
         if sid is None:
