@@ -76,16 +76,15 @@ from sparklog.kafka.address import Listener
 from sparklog.kafka.client import ClientSettings
 from sparklog.security.service import SecurityService
 from sparklog.security.tls import certificate_principal, server_context
-from sparklog.storage import Storage, owner
+from sparklog.storage import Storage, names, owner
 from sparklog.storage.lease import DATA_DIR, Lease
 from sparklog.storage.owner import Owner
 
 log = logging.getLogger("sparklog.broker")
-CLUSTER_FILE = "cluster.json"
 
 
 def _cluster_id(storage: Storage) -> str:
-    path = storage.fs.join(storage.root, CLUSTER_FILE)
+    path = storage.fs.join(storage.root, names.CLUSTER_FILE)
     storage.fs.makedirs(storage.root)
     new = json.dumps({"cluster_id": uuid.uuid4().hex[:22]}).encode()
     storage.fs.create_exclusive(path, new)
