@@ -11,7 +11,8 @@ change, answered only once fsynced::
 
     key   = JSON ["txn", transactional_id]
     value = JSON {"producer_id": p, "producer_epoch": e, "timeout_ms": t, "state": s,
-                  "partitions": [[topic, partition], ...], "start_ms": ms, "update_ms": ms}
+                  "partitions": [[topic, partition], ...], "start_ms": ms, "update_ms": ms,
+                  "last_epoch": e}   (absent in older records: -1)
 
 Ending a transaction (EndTxn, an expired timeout, or InitProducerId fencing an open one) is
 a commit sequence of three steps (EndTxn is answered after step 1, as in Kafka; steps 2 and
@@ -19,7 +20,8 @@ a commit sequence of three steps (EndTxn is answered after step 1, as in Kafka; 
 
 1. write ``Prepare{Commit,Abort}``: from here the outcome is decided;
 2. write a marker (a control record, ``sparklog.storage.records``) to every partition of the
-   transaction, ``__consumer_offsets`` partitions of ``AddOffsetsToTxn`` groups included;
+   transaction, ``__consumer_offsets`` partitions of ``AddOffsetsToTxn`` groups included
+   (a deleted topic's partitions get none, as in Kafka);
 3. write ``Complete{Commit,Abort}``.
 
 A crash before 1 leaves the transaction ``Ongoing``: it expires and is aborted. A crash
@@ -36,7 +38,10 @@ producer's epoch there. Requests of one id are serialised (an ``asyncio.Lock`` p
 getting CONCURRENT_TRANSACTIONS.
 
 Fencing: ``InitProducerId`` bumps the epoch (a new id gets a new producer id at epoch 0);
-a request with an older epoch gets PRODUCER_FENCED. An open transaction is aborted at the
+a request with an older epoch gets PRODUCER_FENCED. A producer may ask for its own bump
+with its current id and epoch (KIP-360); its retry with the epoch it held before is answered
+with the current epoch (``last_epoch``), which another producer's InitProducerId or a fence
+clears, so the producer fenced cannot bump its way back. An open transaction is aborted at the
 bumped epoch first, so that a zombie's batches are refused by every partition it wrote to.
 An expired transaction is aborted the same way (Kafka's ``transaction.timeout.ms``).
 """
@@ -103,6 +108,9 @@ class TxnMeta:
     partitions: frozenset[Partition] = field(default_factory=frozenset)
     start_ms: int = -1
     update_ms: int = 0
+    #: the epoch a producer held before it bumped its own (KIP-360), so that its retry is
+    #: answered with the current epoch; -1 once another producer or a fence bumped it
+    last_epoch: int = -1
 
     def to_json(self) -> bytes:
         return json.dumps(
@@ -114,6 +122,7 @@ class TxnMeta:
                 "partitions": sorted([t, p] for t, p in self.partitions),
                 "start_ms": self.start_ms,
                 "update_ms": self.update_ms,
+                "last_epoch": self.last_epoch,
             }
         ).encode()
 
@@ -129,7 +138,19 @@ class TxnMeta:
             frozenset((str(t), int(p)) for t, p in d["partitions"]),
             int(d["start_ms"]),
             int(d["update_ms"]),
+            int(d.get("last_epoch", -1)),
         )
+
+
+def _is_retry(meta: TxnMeta, producer_id: int, producer_epoch: int) -> bool:
+    """InitProducerId from the producer that bumped its own epoch, with the epoch it held
+    before: a retry whose answer was lost (Kafka's ``prepareIncrementProducerEpoch``), to be
+    answered with the current epoch, unless a transaction began since."""
+    return (
+        producer_id == meta.producer_id
+        and 0 <= meta.last_epoch == producer_epoch != meta.producer_epoch
+        and meta.state in (EMPTY, COMPLETE_COMMIT, COMPLETE_ABORT)
+    )
 
 
 def _key(transactional_id: str) -> bytes:
@@ -296,13 +317,13 @@ class TransactionCoordinator:
             )
         async with self._lock(tid):
             meta = self.txns.get(tid)
+            own = meta is not None and producer_id >= 0
+            if own and meta is not None and _is_retry(meta, producer_id, producer_epoch):
+                return meta.producer_id, meta.producer_epoch
             if (
-                meta is not None
-                and producer_id >= 0
-                and (
-                    producer_id != meta.producer_id
-                    or producer_epoch not in (meta.producer_epoch, meta.producer_epoch - 1)
-                )
+                own
+                and meta is not None
+                and (producer_id != meta.producer_id or producer_epoch != meta.producer_epoch)
             ):  # KIP-360: only the current producer may ask for its own epoch bump
                 raise ProducerFencedError(
                     f"transactional id {tid!r} is held by producer {meta.producer_id} epoch "
@@ -318,7 +339,8 @@ class TransactionCoordinator:
                 if meta.producer_epoch >= MAX_EPOCH:
                     meta = TxnMeta(tid, await self.next_producer_id(), 0, timeout_ms)
                 else:
-                    meta = replace(meta, producer_epoch=meta.producer_epoch + 1)
+                    last = producer_epoch if own else -1  # a new producer clears it
+                    meta = replace(meta, producer_epoch=meta.producer_epoch + 1, last_epoch=last)
             meta = replace(
                 meta, timeout_ms=timeout_ms, state=EMPTY, partitions=frozenset(), start_ms=-1
             )
@@ -384,7 +406,10 @@ class TransactionCoordinator:
         """Steps 1-3 of the module docstring; ``bump``: abort at the next epoch (fencing)."""
         epoch = meta.producer_epoch + 1 if bump else meta.producer_epoch
         prepared = replace(
-            meta, producer_epoch=epoch, state=PREPARE_COMMIT if commit else PREPARE_ABORT
+            meta,
+            producer_epoch=epoch,
+            last_epoch=-1 if bump else meta.last_epoch,  # a fence leaves nothing to retry
+            state=PREPARE_COMMIT if commit else PREPARE_ABORT,
         )
         prepared = await self._persist(prepared)
         return await self._finish(prepared)

@@ -215,6 +215,50 @@ def test_other_producer_asking_for_a_bump_is_fenced(manager) -> None:
     run(scenario())
 
 
+def test_retried_bump_returns_the_same_epoch(manager) -> None:
+    """Kafka's ``prepareIncrementProducerEpoch``: InitProducerId with the epoch just before
+    the current one, after that producer's own bump, is a retry whose answer was lost: it
+    gets the current epoch back, not another bump."""
+
+    async def scenario() -> None:
+        c = coordinator(manager)
+        pid, epoch = await c.init_producer_id(TID, 60_000)
+        assert await c.init_producer_id(TID, 60_000, pid, epoch) == (pid, epoch + 1)
+        assert await c.init_producer_id(TID, 60_000, pid, epoch) == (pid, epoch + 1)
+
+    run(scenario())
+
+
+def test_fenced_producer_cannot_bump_its_way_back(manager) -> None:
+    """Kafka: a new producer's InitProducerId clears the previous epoch, so the producer it
+    fenced asking for a bump with its old epoch (KIP-360) is PRODUCER_FENCED, and the new
+    producer keeps the id."""
+
+    async def scenario() -> None:
+        c = coordinator(manager)
+        pid, epoch = await c.init_producer_id(TID, 60_000)
+        assert await c.init_producer_id(TID, 60_000) == (pid, epoch + 1)
+        with pytest.raises(ProducerFencedError):
+            await c.init_producer_id(TID, 60_000, pid, epoch)
+        assert c.describe(TID).producer_epoch == epoch + 1
+
+    run(scenario())
+
+
+def test_retry_is_recognised_after_a_restart(manager) -> None:
+    """The previous epoch is part of the id's record, so a retry is still one after the
+    coordinator replays ``__transaction_state``."""
+
+    async def scenario() -> None:
+        c = coordinator(manager)
+        pid, epoch = await c.init_producer_id(TID, 60_000)
+        await c.init_producer_id(TID, 60_000, pid, epoch)
+        again = coordinator(manager)
+        assert await again.init_producer_id(TID, 60_000, pid, epoch) == (pid, epoch + 1)
+
+    run(scenario())
+
+
 def test_exhausted_epoch_gets_a_new_producer_id(manager) -> None:
     """Kafka's ``isEpochExhausted``: at epoch 32766 the id moves to a new producer id at
     epoch 0 (the state is written to ``__transaction_state`` as a record and replayed)."""
@@ -425,6 +469,28 @@ def test_expired_transaction_is_aborted_at_a_bumped_epoch(manager, topic) -> Non
             assert decided(manager, T0) and pid in aborted_by(manager, T0)
             with pytest.raises(ProducerFencedError):
                 await c.end_txn(TID, pid, epoch, commit=True)
+        finally:
+            await c.stop()
+
+    run(scenario())
+
+
+def test_producer_whose_transaction_expired_cannot_bump_its_way_back(manager, topic) -> None:
+    """Kafka's ``prepareFenceProducerEpoch`` clears the previous epoch: after an expiry,
+    InitProducerId with the expired producer's epoch (KIP-360) is PRODUCER_FENCED."""
+
+    async def scenario() -> None:
+        c = coordinator(manager, abort_check_ms=50)
+        c.start()
+        try:
+            pid, epoch = await c.init_producer_id(TID, 200)
+            await c.init_producer_id(TID, 200, pid, epoch)  # its own bump: epoch + 1
+            await c.add_partitions(TID, pid, epoch + 1, [T0])
+            await eventually(lambda: c.describe(TID).state == COMPLETE_ABORT, "the expiry")
+            with pytest.raises(ProducerFencedError):
+                await c.init_producer_id(TID, 60_000, pid, epoch + 1)
+            with pytest.raises(ProducerFencedError):
+                await c.init_producer_id(TID, 60_000, pid, epoch)
         finally:
             await c.stop()
 
