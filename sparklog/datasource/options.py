@@ -70,15 +70,30 @@ DECODE_IN = ("auto", "jvm", "python")
 JVM_PLAN_OPTION = "_sparklog.jvm"
 #: the typed-column options of writes (lower-cased)
 WRITE_SCHEMA_OPTIONS = {
-    "valueformat", "keyformat", "schemaregistryurl", "valuesubject", "keysubject",
-    "valueschemaversion", "keyschemaversion", "autoregisterschemas", "schemaregistrycafile",
-}  # fmt: skip
+    "valueformat",
+    "keyformat",
+    "schemaregistryurl",
+    "valuesubject",
+    "keysubject",
+    "valueschemaversion",
+    "keyschemaversion",
+    "autoregisterschemas",
+    "schemaregistrycafile",
+}
 #: the typed-column options of reads (lower-cased)
 SCHEMA_OPTIONS = {
-    "valueformat", "keyformat", "schemaregistryurl", "valuesubject", "keysubject",
-    "valueschemaversion", "keyschemaversion", "failondecodeerror", "decodein",
-    "schemaregistrycafile", JVM_PLAN_OPTION,
-}  # fmt: skip
+    "valueformat",
+    "keyformat",
+    "schemaregistryurl",
+    "valuesubject",
+    "keysubject",
+    "valueschemaversion",
+    "keyschemaversion",
+    "failondecodeerror",
+    "decodein",
+    "schemaregistrycafile",
+    JVM_PLAN_OPTION,
+}
 
 
 @dataclass(frozen=True)
@@ -154,16 +169,26 @@ def schema_options(
     url = opts.get("schemaregistryurl", "").strip() or None
     auto = _bool("autoRegisterSchemas", opts.get("autoregisterschemas", "false"))
     if not columns:
-        given = [n for n in ("schemaRegistryUrl", "failOnDecodeError", "autoRegisterSchemas",
-                             "decodeIn", "schemaRegistryCaFile") if n.lower() in opts]  # fmt: skip
+        given = [
+            n
+            for n in (
+                "schemaRegistryUrl",
+                "failOnDecodeError",
+                "autoRegisterSchemas",
+                "decodeIn",
+                "schemaRegistryCaFile",
+            )
+            if n.lower() in opts
+        ]
         if given:
             raise OptionError(f"option {given[0]} needs valueFormat or keyFormat avro or json")
         return None
     fail = _bool("failOnDecodeError", opts.get("failondecodeerror", "true"))
     decode_in = opts.get("decodein", "auto").strip().lower()
     if decode_in not in DECODE_IN:
-        raise OptionError(f"option decodeIn must be one of {', '.join(DECODE_IN)}, got "
-                          f"{opts['decodein']!r}")  # fmt: skip
+        raise OptionError(
+            f"option decodeIn must be one of {', '.join(DECODE_IN)}, got {opts['decodein']!r}"
+        )
     ca_file = opts.get("schemaregistrycafile", "").strip() or None
     if ca_file is not None:
         if (url is None and not write) or (url and not url.lower().startswith("https://")):
@@ -426,8 +451,10 @@ def _client(opts: Mapping[str, str]) -> ClientSettings | None:
     try:
         return ClientSettings.from_options(opts, client_id="sparklog-source")
     except ValueError as e:
-        raise OptionError(f"Kafka client options (kafka.bootstrap.servers, kafka.security.*, "
-                          f"kafka.sasl.*, kafka.ssl.*): {e}") from None  # fmt: skip
+        raise OptionError(
+            f"Kafka client options (kafka.bootstrap.servers, kafka.security.*, "
+            f"kafka.sasl.*, kafka.ssl.*): {e}"
+        ) from None
 
 
 def _timestamps(opts: Mapping[str, str], which: str) -> Timestamps | None:
@@ -527,8 +554,20 @@ def stream_options(options: Mapping[str, str]) -> StreamOptions:
             "option group needs kafka.bootstrap.servers (commits go through the broker)"
         )
     return StreamOptions(
-        base.path, base.subscription, starting, base.fail_on_data_loss, base.include_headers,
-        max_offsets, min_offsets, delay_ms, base.max_records_per_partition, group, client,
-        base.starting_timestamps, base.timestamp_strategy, base.check_crcs,
-        base.read_committed, base.schemas,
-    )  # fmt: skip
+        base.path,
+        base.subscription,
+        starting,
+        base.fail_on_data_loss,
+        base.include_headers,
+        max_offsets,
+        min_offsets,
+        delay_ms,
+        base.max_records_per_partition,
+        group,
+        client,
+        base.starting_timestamps,
+        base.timestamp_strategy,
+        base.check_crcs,
+        base.read_committed,
+        base.schemas,
+    )

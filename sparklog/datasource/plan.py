@@ -34,6 +34,7 @@ from pyspark.sql.datasource import (
     LessThanOrEqual,
 )
 
+from sparklog.datasource.offsets import TopicPartition
 from sparklog.datasource.options import BatchOptions, StreamOptions, Subscription, Timestamps
 from sparklog.datasource.scan import OffsetRange
 from sparklog.errors import (
@@ -47,7 +48,6 @@ from sparklog.storage.reader import LogView, PartitionReader
 
 log = logging.getLogger(__name__)
 
-TopicPartition = tuple[str, int]
 #: ``"earliest"``/``"latest"``, or per-partition offsets (-2 earliest, -1 latest)
 OffsetSpec = str | dict[str, dict[int, int]]
 EARLIEST, LATEST = -2, -1
@@ -307,8 +307,7 @@ class ReadPlanner:
     def split(self, spans: Mapping[TopicPartition, tuple[int, int]]) -> list[OffsetRange]:
         """Every span ``[start, end)`` cut into tasks of at most maxRecordsPerPartition."""
         step = self.max_records_per_partition
-        flags = (self.include_headers, self.fail_on_data_loss, self.check_crcs,
-                 self.read_committed)  # fmt: skip
+        flags = (self.include_headers, self.fail_on_data_loss, self.check_crcs, self.read_committed)
         return [
             OffsetRange(self.path, t, p, lo, min(lo + step, end), *flags)
             for (t, p), (start, end) in sorted(spans.items())

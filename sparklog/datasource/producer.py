@@ -135,8 +135,18 @@ class PartitionStream:
         now_ms = int(time.time() * 1000)
         out = []
         for start, stop in cuts:
-            out.append(_encode(table, start, stop, self._pid, self._epoch, self.next_sequence,
-                               now_ms, self.transactional))  # fmt: skip
+            out.append(
+                _encode(
+                    table,
+                    start,
+                    stop,
+                    self._pid,
+                    self._epoch,
+                    self.next_sequence,
+                    now_ms,
+                    self.transactional,
+                )
+            )
             self.next_sequence = (self.next_sequence + stop - start) % SEQ_MOD
         done = cuts[-1][1] if cuts else 0
         rest = table.slice(done)
@@ -163,8 +173,13 @@ def _encode(
         (i, now_ms, keys[i], values[i], [(h["key"], h["value"]) for h in headers[i] or ()])
         for i in range(stop - start)
     )
-    return build_batch(rows, producer_id=pid, producer_epoch=epoch, base_sequence=seq,
-                       attributes=TRANSACTIONAL_BIT if transactional else 0)  # fmt: skip
+    return build_batch(
+        rows,
+        producer_id=pid,
+        producer_epoch=epoch,
+        base_sequence=seq,
+        attributes=TRANSACTIONAL_BIT if transactional else 0,
+    )
 
 
 class SinkProducer:
@@ -196,10 +211,15 @@ class SinkProducer:
             c.close()
 
     def _route(self, topics: set[str]) -> None:
-        md = self._client.request(ApiKey.METADATA, 12, {
-            "topics": [{"name": t, "topic_id": None} for t in sorted(topics)],
-            "allow_auto_topic_creation": False, "include_topic_authorized_operations": False,
-        })  # fmt: skip
+        md = self._client.request(
+            ApiKey.METADATA,
+            12,
+            {
+                "topics": [{"name": t, "topic_id": None} for t in sorted(topics)],
+                "allow_auto_topic_creation": False,
+                "include_topic_authorized_operations": False,
+            },
+        )
         where = {b.node_id: f"{b.host}:{b.port}" for b in md.brokers}
         self._leaders = {
             (t.name, p.partition_index): where[p.leader_id]
@@ -248,8 +268,11 @@ class SinkProducer:
                     f"transactional id {self.transactional_id!r}: {ErrorCode(code).name.upper()}"
                 )
             time.sleep(ROUTE_BACKOFF_S)
-            found = self._client.request(ApiKey.FIND_COORDINATOR, 4, {
-                "key_type": 1, "coordinator_keys": [self.transactional_id]})  # fmt: skip
+            found = self._client.request(
+                ApiKey.FIND_COORDINATOR,
+                4,
+                {"key_type": 1, "coordinator_keys": [self.transactional_id]},
+            )
             c = found.coordinators[0]
             client = self._conn(f"{c.host}:{c.port}") if c.error_code == 0 else self._client
 
@@ -258,9 +281,16 @@ class SinkProducer:
         earlier producer of the id (a failed attempt of this task) and aborts its open
         transaction. Returns (producer id, epoch); batches then start at sequence 0."""
         self.transactional_id = transactional_id
-        resp: Any = self._at_txn_coordinator(ApiKey.INIT_PRODUCER_ID, 4, {
-            "transactional_id": transactional_id, "transaction_timeout": timeout_ms,
-            "producer_id": -1, "producer_epoch": -1})  # fmt: skip
+        resp: Any = self._at_txn_coordinator(
+            ApiKey.INIT_PRODUCER_ID,
+            4,
+            {
+                "transactional_id": transactional_id,
+                "transaction_timeout": timeout_ms,
+                "producer_id": -1,
+                "producer_epoch": -1,
+            },
+        )
         self._txn = (int(resp.producer_id), int(resp.producer_epoch))
         return self._txn
 
@@ -273,11 +303,18 @@ class SinkProducer:
         for t, p in new:
             by_topic.setdefault(t, []).append(p)
         pid, epoch = self._txn
-        resp: Any = self._at_txn_coordinator(ApiKey.ADD_PARTITIONS_TO_TXN, 3, {
-            "v3_and_below_transactional_id": self.transactional_id,
-            "v3_and_below_producer_id": pid, "v3_and_below_producer_epoch": epoch,
-            "v3_and_below_topics": [{"name": t, "partitions": ps} for t, ps in by_topic.items()],
-        })  # fmt: skip
+        resp: Any = self._at_txn_coordinator(
+            ApiKey.ADD_PARTITIONS_TO_TXN,
+            3,
+            {
+                "v3_and_below_transactional_id": self.transactional_id,
+                "v3_and_below_producer_id": pid,
+                "v3_and_below_producer_epoch": epoch,
+                "v3_and_below_topics": [
+                    {"name": t, "partitions": ps} for t, ps in by_topic.items()
+                ],
+            },
+        )
         for t in resp.results_by_topic_v3_and_below:
             for r in t.results_by_partition:
                 if r.partition_error_code != ErrorCode.none:
@@ -291,8 +328,11 @@ class SinkProducer:
         """The next micro-batch id this task's transactions committed (``commit``), -1 when
         none: read with require_stable, so an undecided transaction is waited for."""
         deadline = time.monotonic() + ROUTE_TIMEOUT_S
-        body = {"group_id": group, "require_stable": True,
-                "topics": [{"name": SINK_PROGRESS_TOPIC, "partition_indexes": [task]}]}  # fmt: skip
+        body = {
+            "group_id": group,
+            "require_stable": True,
+            "topics": [{"name": SINK_PROGRESS_TOPIC, "partition_indexes": [task]}],
+        }
         while True:
             resp: Any = admin.at_coordinator(
                 self._client, group, lambda c: c.request(ApiKey.OFFSET_FETCH, 7, body)
@@ -312,15 +352,38 @@ class SinkProducer:
         pid, epoch = self._txn
         tid = self.transactional_id
         if group is not None:
-            self._at_txn_coordinator(ApiKey.ADD_OFFSETS_TO_TXN, 3, {
-                "transactional_id": tid, "producer_id": pid, "producer_epoch": epoch,
-                "group_id": group})  # fmt: skip
-            body = {"transactional_id": tid, "group_id": group, "producer_id": pid,
-                    "producer_epoch": epoch, "generation_id": -1, "member_id": "",
-                    "group_instance_id": None, "topics": [{"name": SINK_PROGRESS_TOPIC,
-                    "partitions": [{"partition_index": task, "committed_offset": next_batch,
-                                    "committed_leader_epoch": -1,
-                                    "committed_metadata": None}]}]}  # fmt: skip
+            self._at_txn_coordinator(
+                ApiKey.ADD_OFFSETS_TO_TXN,
+                3,
+                {
+                    "transactional_id": tid,
+                    "producer_id": pid,
+                    "producer_epoch": epoch,
+                    "group_id": group,
+                },
+            )
+            body = {
+                "transactional_id": tid,
+                "group_id": group,
+                "producer_id": pid,
+                "producer_epoch": epoch,
+                "generation_id": -1,
+                "member_id": "",
+                "group_instance_id": None,
+                "topics": [
+                    {
+                        "name": SINK_PROGRESS_TOPIC,
+                        "partitions": [
+                            {
+                                "partition_index": task,
+                                "committed_offset": next_batch,
+                                "committed_leader_epoch": -1,
+                                "committed_metadata": None,
+                            }
+                        ],
+                    }
+                ],
+            }
             resp: Any = admin.at_coordinator(
                 self._client, group, lambda c: c.request(ApiKey.TXN_OFFSET_COMMIT, 3, body)
             )
@@ -329,9 +392,16 @@ class SinkProducer:
                 raise SinkWriteError(f"committing sink progress: {ErrorCode(code).name}")
         if not self._added and group is None:
             return  # nothing was written: no transaction to end
-        self._at_txn_coordinator(ApiKey.END_TXN, 3, {
-            "transactional_id": tid, "producer_id": pid, "producer_epoch": epoch,
-            "committed": True})  # fmt: skip
+        self._at_txn_coordinator(
+            ApiKey.END_TXN,
+            3,
+            {
+                "transactional_id": tid,
+                "producer_id": pid,
+                "producer_epoch": epoch,
+                "committed": True,
+            },
+        )
         self._added = set()
 
     def send(self, queues: dict[tuple[str, int], list[bytes]], pid: int) -> int:
@@ -385,9 +455,9 @@ class SinkProducer:
             if time.monotonic() > deadline:
                 raise SinkWriteError(
                     f"producing to {sorted(retry)} (producer id {pid}) failed: no leader "
-                    f"took the batches within {ROUTE_TIMEOUT_S:.0f} s" + (f" ({last})" if last
-                                                                          else "")
-                )  # fmt: skip
+                    f"took the batches within {ROUTE_TIMEOUT_S:.0f} s"
+                    + (f" ({last})" if last else "")
+                )
             time.sleep(ROUTE_BACKOFF_S)
             try:
                 self._route({t for t, _ in retry})
@@ -434,7 +504,8 @@ class SinkProducer:
                         )
                     raise SinkWriteError(
                         f"producing to {t.name}-{p.index} (producer id {pid}) failed: "
-                        f"{code.name.upper()}" + (f" ({p.error_message})" if p.error_message
-                                                   else "") + hint
-                    )  # fmt: skip
+                        f"{code.name.upper()}"
+                        + (f" ({p.error_message})" if p.error_message else "")
+                        + hint
+                    )
         return retry

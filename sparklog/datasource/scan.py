@@ -51,8 +51,15 @@ COALESCE_ROWS = 65_536
 _HEADERS = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
 
 #: the stored columns a read needs (the producer id and attributes for transactions)
-READ_COLUMNS = ["offset", "timestamp", "timestamp_type", "key", "value", "producer_id",
-                "attributes"]  # fmt: skip
+READ_COLUMNS = [
+    "offset",
+    "timestamp",
+    "timestamp_type",
+    "key",
+    "value",
+    "producer_id",
+    "attributes",
+]
 
 
 @dataclass(frozen=True)

@@ -57,18 +57,7 @@ example when only ``spark.sql.streaming.checkpointLocation`` is set): **at least
 each task attempt is a fresh idempotent producer, so a retried task may write its records
 again, as Spark's Kafka sink does.
 
-Sink state, per task: ``<checkpointLocation>/sparklog-sink/<task partition id>/``
-holding ``identity.json`` — the task's producer id and epoch, created (create-if-absent)
-before its first record is sent, so a replay of the very first batch uses them too::
-
-    {"format": 1, "producer_id": 1003, "producer_epoch": 0}
-
-and ``<batch id, 20 digits>.json`` after each batch, each created once, never changed::
-
-    {"format": 1, "batch": 7, "producer_id": 1003, "producer_epoch": 0,
-     "next_sequence": {"orders": {"0": 5120, "3": 77}}}
-
-The two newest batch files per task are kept; older ones are deleted.
+Sink state, per task, in the query's checkpoint: ``sparklog.datasource.sink_state``.
 
 Crash points (``sparklog.storage.crashpoints``; each has a test that kills the query there
 and restarts it): ``sink.after_first_send`` (a task has written some of its batches, no
@@ -78,11 +67,10 @@ batch).
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
@@ -102,23 +90,19 @@ from pyspark.sql.types import (
 
 from sparklog.datasource.options import WRITE_SCHEMA_OPTIONS, SchemaOptions, schema_options
 from sparklog.datasource.producer import MAX_BATCH_BYTES, PartitionStream, SinkProducer
-from sparklog.errors import CorruptMetadataError, OptionError, SinkWriteError
+from sparklog.datasource.sink_state import STATE_DIR, SinkState, StateStore
+from sparklog.errors import OptionError, SinkWriteError
 from sparklog.kafka.client import ClientSettings
 from sparklog.kafka.partitioner import murmur2_partition
 from sparklog.schemas.codec import AvroEncoding, avro_encoder
 from sparklog.storage import crashpoints, names
-from sparklog.storage.fs import FileSystem
 from sparklog.storage.store import filesystem_for
-from sparklog.storage.versioned import VersionedFiles
 
 log = logging.getLogger(__name__)
 
-STATE_DIR = "sparklog-sink"
-IDENTITY_FILE = "identity.json"
 CRASH_POINTS = crashpoints.register("sink.after_first_send", "sink.after_state")
 #: the transactional sink's (``sink.after_first_send`` is hit there too)
 TXN_CRASH_POINTS = crashpoints.register("sink.after_first_send", "sink.after_commit")
-KEEP_STATES = 2
 SINK_TIMEOUT_S = 60.0  # a produce waits for the fsync of everything before it
 _BIN = pa.binary()
 _HEADERS = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
@@ -204,8 +188,10 @@ def write_options(options: Mapping[str, str], schema: StructType) -> WriteOption
             SINK_TIMEOUT_S
         )
     except ValueError as e:
-        raise OptionError(f"Kafka client options (kafka.bootstrap.servers, kafka.security.*, "
-                          f"kafka.sasl.*, kafka.ssl.*): {e}") from None  # fmt: skip
+        raise OptionError(
+            f"Kafka client options (kafka.bootstrap.servers, kafka.security.*, "
+            f"kafka.sasl.*, kafka.ssl.*): {e}"
+        ) from None
     topic = opts.get("topic")
     if topic is not None:
         names.validate_topic_name(topic)
@@ -264,94 +250,16 @@ def _encodings(
         if c.field not in types:
             raise OptionError(f"option {c.field}Format={c.format} needs a {c.field!r} column")
     return tuple(
-        encoding_for(source, c.field, c.subject, c.version, types[c.field],
-                     auto_register=schemas.auto_register)
+        encoding_for(
+            source,
+            c.field,
+            c.subject,
+            c.version,
+            types[c.field],
+            auto_register=schemas.auto_register,
+        )
         for c in schemas.columns
-    )  # fmt: skip
-
-
-# ---------------------------------------------------------------------------- sink state
-
-
-@dataclass(frozen=True)
-class SinkState:
-    """One task's producer identity after a batch (format in the module docstring)."""
-
-    batch: int
-    producer_id: int
-    producer_epoch: int
-    next_sequence: dict[str, dict[int, int]] = field(default_factory=dict)
-
-    def to_json(self) -> bytes:
-        seqs = {t: {str(p): s for p, s in ps.items()} for t, ps in self.next_sequence.items()}
-        return json.dumps(
-            {
-                "format": 1,
-                "batch": self.batch,
-                "producer_id": self.producer_id,
-                "producer_epoch": self.producer_epoch,
-                "next_sequence": seqs,
-            }
-        ).encode()
-
-    @classmethod
-    def from_json(cls, data: bytes, where: str) -> SinkState:
-        try:
-            d = json.loads(data)
-            if d.get("format") != 1:
-                raise ValueError(f"unknown format {d.get('format')}")
-            return cls(
-                int(d["batch"]),
-                int(d["producer_id"]),
-                int(d["producer_epoch"]),
-                {
-                    t: {int(p): int(s) for p, s in ps.items()}
-                    for t, ps in d["next_sequence"].items()
-                },
-            )
-        except (ValueError, KeyError, TypeError, AttributeError) as e:
-            raise CorruptMetadataError(f"{where}: unreadable sink state: {e}") from e
-
-
-class StateStore:
-    """The sink state files of one task (``<state_dir>/<task>/``): batch states are the
-    versions of a ``VersionedFiles`` directory (version = batch id), each created once."""
-
-    def __init__(self, state_dir: str, task: int) -> None:
-        self.fs: FileSystem
-        self.fs, base = filesystem_for(state_dir)
-        self.dir = self.fs.join(base, str(task))
-        self._states = VersionedFiles(self.fs, self.dir)
-
-    def latest(self) -> SinkState | None:
-        found = self._states.latest()
-        if found is None:
-            return None
-        batch, data = found
-        return SinkState.from_json(data, self._states.path(batch))
-
-    def identity(self, allocate: Callable[[], tuple[int, int]]) -> tuple[int, int]:
-        """The task's producer id and epoch: the recorded ones, else ``allocate()``'s,
-        recorded before anything is sent with them."""
-        path = self.fs.join(self.dir, IDENTITY_FILE)
-        if not self.fs.exists(path):
-            pid, epoch = allocate()
-            self.fs.makedirs(self.dir)
-            doc = {"format": 1, "producer_id": pid, "producer_epoch": epoch}
-            # False: a concurrent attempt of this task recorded its own first; use that
-            self.fs.create_exclusive(path, json.dumps(doc).encode())
-        try:
-            d = json.loads(self.fs.read_bytes(path))
-            return int(d["producer_id"]), int(d["producer_epoch"])
-        except (ValueError, KeyError, TypeError) as e:
-            raise CorruptMetadataError(f"{path}: unreadable sink identity: {e}") from e
-
-    def save(self, state: SinkState) -> None:
-        self.fs.makedirs(self.dir)
-        # False: a concurrent attempt of this task (speculation) wrote the same batch first
-        self._states.try_commit(state.batch, state.to_json())
-        for old in self._states.versions()[:-KEEP_STATES]:
-            self._states.delete(old)
+    )
 
 
 # ---------------------------------------------------------------------------- the task
@@ -413,9 +321,7 @@ def assign_partitions(table: pa.Table, partitions: int, round_robin_start: int) 
     parts = pc.take(pa.array(by_key, pa.int32()), encoded.indices)
     nulls = keys.null_count
     if nulls:
-        rr = pa.array(
-            [(round_robin_start + i) % partitions for i in range(nulls)], pa.int32()
-        )  # fmt: skip
+        rr = pa.array([(round_robin_start + i) % partitions for i in range(nulls)], pa.int32())
         parts = pc.replace_with_mask(parts, pc.is_null(keys), rr)
     explicit = table.column("partition").combine_chunks()
     if explicit.null_count < n:
@@ -532,8 +438,9 @@ def _write_transactional(
             return SinkCommit({}, replayed=True)
 
         def stream(topic: str, p: int) -> PartitionStream:
-            return PartitionStream(topic, p, 0, pid, epoch, batch_bytes=opts.batch_bytes,
-                                   transactional=True)  # fmt: skip
+            return PartitionStream(
+                topic, p, 0, pid, epoch, batch_bytes=opts.batch_bytes, transactional=True
+            )
 
         streams = _write_streams(
             producer, opts, batches, task, pid, stream, before_send=producer.add_partitions
@@ -589,8 +496,12 @@ class SparkLogStreamWriter(DataSourceStreamArrowWriter):
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         total, replayed = _summary(messages)
-        log.info("sparklog sink: batch %d wrote %d records%s", batchId, total,
-                 " (replayed: parts were written before)" if replayed else "")  # fmt: skip
+        log.info(
+            "sparklog sink: batch %d wrote %d records%s",
+            batchId,
+            total,
+            " (replayed: parts were written before)" if replayed else "",
+        )
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         # nothing to undo: what was written stays, and a replay of the batch skips it
