@@ -4,18 +4,20 @@ States (as Kafka's ``ClassicGroup``): Empty -> PreparingRebalance -> CompletingR
 -> Stable, and back to PreparingRebalance when a new member joins, a member leaves, changes
 its metadata or misses its session timeout, or the leader rejoins; Dead once deleted.
 
-Join: a member without an id is given one and told MEMBER_ID_REQUIRED (JoinGroup v4+,
-KIP-394); it rejoins with it. A rebalance completes when every known member has rejoined,
-or after the longest rebalance timeout (members that did not rejoin are dropped); an Empty
-group first waits ``initial_rebalance_delay_ms`` so that members starting together land
-in one generation. Completion bumps the generation, picks the protocol every member
-supports (by vote), keeps or picks the leader, and answers every pending join: the leader
-gets the members and their metadata. Sync: the leader's SyncGroup carries every member's
-assignment; followers wait for it. Static members (``group.instance.id``) keep their
-instance across restarts; a newer member id for the same instance fences the older one
-(FENCED_INSTANCE_ID). A static member that restarts (no member id, a known instance) into a
-Stable group with an unchanged subscription takes its old place and assignment with no
-rebalance (KIP-345); a returning leader is told to skip the assignment (KIP-814).
+Join: a member needs a protocol type and protocols that every member supports (else
+INCONSISTENT_GROUP_PROTOCOL, as Kafka's ``supportsProtocols``). A member without an id is
+given one and told MEMBER_ID_REQUIRED (JoinGroup v4+, KIP-394); it rejoins with it. A
+rebalance completes when every known member has rejoined, or after the longest rebalance
+timeout (members that did not rejoin are dropped); an Empty group first waits
+``initial_rebalance_delay_ms`` so that members starting together land in one generation.
+Completion bumps the generation, picks the protocol every member supports (by vote), keeps
+or picks the leader, and answers every pending join: the leader gets the members and their
+metadata. Sync: the leader's SyncGroup carries every member's assignment; followers wait
+for it. Static members (``group.instance.id``) keep their instance across restarts; a
+newer member id for the same instance fences the older one (FENCED_INSTANCE_ID). A static
+member that restarts (no member id, a known instance) into a Stable group with an
+unchanged subscription takes its old place and assignment with no rebalance (KIP-345); a
+returning leader is told to skip the assignment (KIP-814).
 
 Rejoin (Kafka's ``classicGroupJoinExistingMember``): a known member's JoinGroup with the
 protocols and metadata it registered is answered at once with the current generation,
@@ -122,6 +124,10 @@ class GroupCoordinator:
             raise InvalidSessionTimeoutError(
                 f"session timeout {req.session_timeout_ms} ms is outside "
                 f"[{self.min_session_ms}, {self.max_session_ms}]",
+            )
+        if not req.protocol_type or not req.protocols:
+            raise InconsistentGroupProtocolError(
+                f"group {req.group_id!r}: a member needs a protocol type and at least one protocol"
             )
         group = self.group(req.group_id)
         if (

@@ -215,6 +215,24 @@ def test_join_sharing_no_protocol_is_inconsistent() -> None:
     run(scenario())
 
 
+@pytest.mark.parametrize(("protocol_type", "protocols"), [("", [("range", b"")]), ("consumer", [])])
+def test_join_without_protocol_type_or_protocols_is_inconsistent(
+    protocol_type: str, protocols: list[tuple[str, bytes]]
+) -> None:
+    """Kafka's ``supportsProtocols`` for an Empty group: a member needs a protocol type and
+    at least one protocol, else INCONSISTENT_GROUP_PROTOCOL (such a member would leave the
+    group no protocol every later member shares)."""
+
+    async def scenario() -> None:
+        c = coordinator()
+        with pytest.raises(InconsistentGroupProtocolError):
+            await c.join(request(protocol_type=protocol_type, protocols=protocols))
+        assert GROUP not in c.groups or not c.groups[GROUP].members
+        await c.stop()
+
+    run(scenario())
+
+
 def test_protocol_is_chosen_by_vote_among_common_ones() -> None:
     """Kafka's ``selectProtocol``: each member votes for its first protocol that every
     member supports; the most votes win (here two votes for range, one for sticky; "x",
