@@ -161,7 +161,14 @@ class SeaweedS3:
         return [self.binary, "mini", *(f"-{k}={v}" for k, v in flags.items())]
 
     def start(self, timeout_s: float = 60.0) -> None:
-        env = {**os.environ, "AWS_ACCESS_KEY_ID": ACCESS_KEY, "AWS_SECRET_ACCESS_KEY": SECRET_KEY}
+        env = {
+            **os.environ,
+            "AWS_ACCESS_KEY_ID": ACCESS_KEY,
+            "AWS_SECRET_ACCESS_KEY": SECRET_KEY,
+            # its gRPC unix sockets (seaweedfs-*-grpc-<port>.sock) go to the temp dir: this
+            # one, removed with it, rather than /tmp, where every run would leave its own
+            "TMPDIR": self.work_dir,
+        }
         env.pop("S3_BUCKET", None)
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(
