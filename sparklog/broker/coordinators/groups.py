@@ -129,6 +129,10 @@ class GroupCoordinator:
             raise InconsistentGroupProtocolError(
                 f"group {req.group_id!r}: a member needs a protocol type and at least one protocol"
             )
+        known = self.groups.get(req.group_id)
+        if req.member_id and (known is None or known.state == State.DEAD):
+            # only a join without a member id creates a group (Kafka)
+            raise UnknownMemberIdError(f"group {req.group_id!r} is unknown")
         group = self.group(req.group_id)
         if (
             group.protocol_type is not None

@@ -168,6 +168,20 @@ def test_join_with_unknown_member_id_is_refused() -> None:
     run(scenario())
 
 
+def test_join_with_member_id_to_unknown_group_creates_no_group() -> None:
+    """Kafka creates a group only for a join without a member id; one with a member id for
+    a group it does not know is UNKNOWN_MEMBER_ID and leaves no group behind (ListGroups
+    would list it)."""
+
+    async def scenario() -> None:
+        c = coordinator()
+        with pytest.raises(UnknownMemberIdError):
+            await c.join(request("ghost"))
+        assert GROUP not in c.groups
+
+    run(scenario())
+
+
 def test_empty_group_id_is_invalid() -> None:
     async def scenario() -> None:
         with pytest.raises(InvalidGroupIdError):
