@@ -128,7 +128,7 @@ def test_cluster_describe_shows_brokers_the_controller_and_leaders(
 ) -> None:
     import json
 
-    from sparklog.cli import main
+    from sparklog.cli.command import main
 
     async def setup() -> list[Any]:
         brokers = await start(etcd, [1, 2])
@@ -156,7 +156,7 @@ def test_cluster_describe_shows_brokers_the_controller_and_leaders(
 
 
 def test_cluster_describe_without_etcd_is_one_clear_line(capsys: Any) -> None:
-    from sparklog.cli import main
+    from sparklog.cli.command import main
 
     assert main(["cluster", "describe", "--etcd", "127.0.0.1:1"]) == 1
     err = capsys.readouterr().err
