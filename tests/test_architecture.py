@@ -343,9 +343,11 @@ def test_errors_with_their_own_arguments_survive_pickling() -> None:
     takes more than the message rebuilds itself from its own arguments."""
     from sparklog.errors import (
         KafkaRequestError,
+        NotLeaderError,
         RecordsRefusedError,
         SchemaRegistryError,
         TopicsDeniedError,
+        UnconfirmedAppendError,
     )
 
     refused = pickle.loads(pickle.dumps(RecordsRefusedError("t-0: no key", [(1, "no key")])))
@@ -356,6 +358,12 @@ def test_errors_with_their_own_arguments_survive_pickling() -> None:
     assert (str(failed), failed.code) == ("Produce t-0: 10 (too big)", 10)
     registry = pickle.loads(pickle.dumps(SchemaRegistryError("no such", status=404, code=40401)))
     assert (str(registry), registry.status, registry.code) == ("no such", 404, 40401)
+    lost = pickle.loads(pickle.dumps(UnconfirmedAppendError(NotLeaderError("t-0: moved"))))
+    assert (type(lost), str(lost), str(lost.cause)) == (
+        UnconfirmedAppendError,
+        "not durable: t-0: moved",
+        "t-0: moved",
+    )
 
 
 #: how the file names of a storage root end (``sparklog/storage/names.py``)
