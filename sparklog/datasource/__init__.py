@@ -3,7 +3,10 @@
 ``ls`` is the map: ``source`` (the ``DataSource``), ``options`` (every option, validated in
 one place), ``plan`` (the read planner of batch and stream reads, driver side), ``scan``
 (what a read task does, in executors), ``batch`` and ``stream`` (the two readers),
-``writer`` and ``producer`` (the sink), ``register`` (what ``sparklog.spark.register``
+``offsets`` (a stream's position and its one nested/flat conversion), ``group_offsets``
+(the one committer of a stream's consumer-group offsets), ``progress`` (the listener that
+commits them as micro-batches end), ``writer``, ``producer`` and ``sink_state`` (the sink),
+``driver`` (option checks in the driver), ``register`` (what ``sparklog.spark.register``
 calls). Reads go straight to storage; writes go through the broker, over
 ``sparklog.kafka``. Never imports ``sparklog.broker``.
 
@@ -12,7 +15,7 @@ or with a PySpark older than ``MIN_SPARK``, raises ``SparkMissingError`` saying 
 4.1 gives Python data sources filter push-down and the Arrow stream writer, which the batch
 reader and the sink use; Spark 4.2 adds admission control (``latestOffset(start, limit)``,
 ``getDefaultReadLimit``, ``reportLatestOffset``, ``Trigger.AvailableNow`` of the source's
-own), which ``maxOffsetsPerTrigger``, ``minOffsetsPerTrigger`` and the group-commit
+own), which ``maxOffsetsPerTrigger``, ``minOffsetsPerTrigger`` and the group-offsets
 listener need (``ADMISSION_CONTROL``; docs/jvm.md, "Which Spark").
 """
 
