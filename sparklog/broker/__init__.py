@@ -3,8 +3,9 @@
 - The protocol front (this package's modules): ``server`` (the process and its
   lifecycle), ``connection`` (one client connection), ``apis`` (the advertised APIs and
   versions), ``handlers/`` (one module per group of APIs; they translate requests and
-  responses), ``context`` (what a handler sees), ``errors`` (the one table from errors to
-  Kafka codes), ``partitions`` (open partitions and their leader epochs), ``replicas``
+  responses), ``context`` (what a handler sees), ``append`` (the append service: what
+  becomes of produced records), ``errors`` (the one table from errors to Kafka codes),
+  ``partitions`` (open partitions and their leader epochs), ``replicas``
   (what Metadata reports as replicas), ``membership`` (a cluster-mode broker's session),
   ``authorization`` and ``config`` (its settings).
 - ``coordinators/``: the group coordinator, committed group offsets, transactions,
