@@ -379,6 +379,26 @@ def test_rebalance_fails_pending_follower_sync() -> None:
     run(scenario())
 
 
+def test_leader_leaving_before_sync_fails_the_followers_sync() -> None:
+    """A member leaving during CompletingRebalance starts a new rebalance: followers waiting
+    in SyncGroup are answered REBALANCE_IN_PROGRESS and must rejoin."""
+
+    async def scenario() -> None:
+        c = coordinator()
+        first = await c.join(request())
+        pending = asyncio.ensure_future(c.join(request()))
+        await eventually(lambda: c.groups[GROUP].state == State.PREPARING, "a rebalance")
+        _, follows = await asyncio.gather(c.join(request(first.member_id)), pending)
+        synced = asyncio.ensure_future(c.sync(GROUP, follows.member_id, None, 2, {}))
+        await asyncio.sleep(0.01)
+        c.leave(GROUP, first.member_id, None)
+        with pytest.raises(RebalanceInProgressError):
+            await synced
+        await c.stop()
+
+    run(scenario())
+
+
 # ---------------------------------------------------------------------- heartbeat
 
 
@@ -616,6 +636,27 @@ def test_session_timeout_of_a_follower_rebalances() -> None:
         await eventually(lambda: follower not in group.members, "the follower's session")
         assert group.state == State.PREPARING
         assert (await c.join(request(leader))).generation_id == 3
+        await c.stop()
+
+    run(scenario())
+
+
+def test_member_waiting_in_join_outlives_its_session_timeout() -> None:
+    """Kafka counts a member waiting in JoinGroup as alive: the rebalance, not its session
+    timer, decides its fate."""
+
+    async def scenario() -> None:
+        c = coordinator()
+        leader, follower = await stable_pair(c)
+        group = c.groups[GROUP]
+        group.members[follower].session_timeout_ms = 30_000
+        c.heartbeat(GROUP, follower, None, 2)  # re-armed for 30 s
+        rejoin = asyncio.ensure_future(c.join(request(leader, session_ms=150)))
+        await eventually(lambda: group.state == State.PREPARING, "a rebalance")
+        await asyncio.sleep(0.6)  # four of the leader's session timeouts
+        assert leader in group.members
+        answers = await asyncio.gather(rejoin, c.join(request(follower)))
+        assert [a.generation_id for a in answers] == [3, 3]
         await c.stop()
 
     run(scenario())
