@@ -90,6 +90,11 @@ async def stable_pair(c: GroupCoordinator) -> tuple[str, str]:
     return leader, follower
 
 
+async def waiting_in_sync(c: GroupCoordinator, member_id: str) -> None:
+    member = c.groups[GROUP].members[member_id]
+    await eventually(lambda: member.sync_future is not None, f"{member_id} in SyncGroup")
+
+
 # ---------------------------------------------------------------------- join
 
 
@@ -273,10 +278,10 @@ def test_initial_rebalance_delay_lands_members_in_one_generation() -> None:
     waits, so members starting together get one generation."""
 
     async def scenario() -> None:
-        c = coordinator(initial_rebalance_delay_ms=300)
+        c = coordinator(initial_rebalance_delay_ms=2000)
         a = asyncio.ensure_future(c.join(request()))
-        await asyncio.sleep(0.05)
-        b = asyncio.ensure_future(c.join(request()))
+        await eventually(lambda: GROUP in c.groups, "the first join")
+        b = asyncio.ensure_future(c.join(request()))  # well within the delay, even if slow
         answers = await asyncio.gather(a, b)
         assert [x.generation_id for x in answers] == [1, 1]
         assert len(c.groups[GROUP].members) == 2
@@ -369,7 +374,7 @@ def test_rebalance_fails_pending_follower_sync() -> None:
         await eventually(lambda: c.groups[GROUP].state == State.PREPARING, "a rebalance")
         _, follows = await asyncio.gather(c.join(request(leader)), pending)
         synced = asyncio.ensure_future(c.sync(GROUP, follows.member_id, None, 2, {}))
-        await asyncio.sleep(0.01)
+        await waiting_in_sync(c, follows.member_id)
         newcomer = asyncio.ensure_future(c.join(request()))
         with pytest.raises(RebalanceInProgressError):
             await synced
@@ -390,7 +395,7 @@ def test_leader_leaving_before_sync_fails_the_followers_sync() -> None:
         await eventually(lambda: c.groups[GROUP].state == State.PREPARING, "a rebalance")
         _, follows = await asyncio.gather(c.join(request(first.member_id)), pending)
         synced = asyncio.ensure_future(c.sync(GROUP, follows.member_id, None, 2, {}))
-        await asyncio.sleep(0.01)
+        await waiting_in_sync(c, follows.member_id)
         c.leave(GROUP, first.member_id, None)
         with pytest.raises(RebalanceInProgressError):
             await synced
