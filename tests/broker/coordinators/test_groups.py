@@ -612,15 +612,21 @@ def test_session_timeout_removes_a_silent_member() -> None:
     run(scenario())
 
 
-def test_heartbeats_keep_a_member_alive() -> None:
+def test_heartbeat_rearms_the_session_timer() -> None:
+    """Each heartbeat moves the member's session deadline to one session timeout from now
+    (Kafka's heartbeat timer), so a member that keeps heartbeating is never expired."""
+
     async def scenario() -> None:
         c = coordinator()
-        me = (await c.join(request(session_ms=300))).member_id
+        me = (await c.join(request(session_ms=5_000))).member_id
         await c.sync(GROUP, me, None, 1, {me: b""})
-        for _ in range(10):  # 1 s of heartbeats, over three session timeouts
-            c.heartbeat(GROUP, me, None, 1)
-            await asyncio.sleep(0.1)
-        assert me in c.groups[GROUP].members
+        member = c.groups[GROUP].members[me]
+        assert member.expiry is not None
+        before = member.expiry.when()
+        await asyncio.sleep(0.05)
+        c.heartbeat(GROUP, me, None, 1)
+        assert member.expiry is not None and member.expiry.when() > before
+        assert member.expiry.when() - asyncio.get_running_loop().time() <= 5.0
         await c.stop()
 
     run(scenario())
