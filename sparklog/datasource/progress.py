@@ -12,7 +12,8 @@ Which sources are sparklog's: the listener hears every query of the session, and
 listener sees only the progress. A source is sparklog's when its description is a Python
 data source's stream (``PYTHON_STREAM``) and its reported latest offset is a JSON object
 carrying sparklog's report (``group_offsets.REPORT_KEY``, a key no topic name can be).
-Only then are its end offsets read. Any other source (a file source reports no latest
+Only then are its end offsets read, and another Python source's latest offset is parsed
+only if its text holds that key. Any other source (a file source reports no latest
 offset, PySpark shows it as the string ``'None'``; a rate source a bare number; Spark's
 Kafka source ``KafkaV2``; another Python data source) is left alone, silently, and its
 offsets are never parsed. No callback raises: Spark logs a listener's exception with a JVM
@@ -47,9 +48,12 @@ def is_python_source(description: str | None) -> bool:
 
 def source_report(raw: str | None) -> dict[str, Any] | None:
     """The ``REPORT_KEY`` entry of a Python source's reported latest offset, None if it has
-    none (or is not a JSON object at all)."""
+    none (or is not a JSON object at all). Text without the key is not parsed: another
+    Python source's offsets are its own business."""
+    if not raw or f'"{REPORT_KEY}"' not in raw:
+        return None
     try:
-        latest = json.loads(raw) if raw else None
+        latest = json.loads(raw)
     except ValueError:
         return None
     info = latest.get(REPORT_KEY) if isinstance(latest, dict) else None
