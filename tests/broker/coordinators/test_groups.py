@@ -636,7 +636,7 @@ def test_session_timeout_of_a_follower_rebalances() -> None:
     async def scenario() -> None:
         c = coordinator()
         leader = (await c.join(request(session_ms=30_000))).member_id
-        pending = asyncio.ensure_future(c.join(request(session_ms=300)))
+        pending = asyncio.ensure_future(c.join(request(session_ms=1000)))
         await eventually(lambda: c.groups[GROUP].state == State.PREPARING, "a rebalance")
         _, follows = await asyncio.gather(c.join(request(leader, session_ms=30_000)), pending)
         follower = follows.member_id

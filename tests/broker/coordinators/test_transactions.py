@@ -461,7 +461,7 @@ def test_expired_transaction_is_aborted_at_a_bumped_epoch(manager, topic) -> Non
         c = coordinator(manager, abort_check_ms=50)
         c.start()
         try:
-            pid, epoch = await c.init_producer_id(TID, 200)
+            pid, epoch = await c.init_producer_id(TID, 1000)
             await c.add_partitions(TID, pid, epoch, [T0])
             produce(manager, T0, pid, epoch)
             await eventually(lambda: c.describe(TID).state == COMPLETE_ABORT, "the expiry")
