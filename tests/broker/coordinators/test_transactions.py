@@ -585,6 +585,23 @@ def test_replay_finishes_a_prepared_transaction(manager, topic) -> None:
     run(scenario())
 
 
+def test_a_dropped_partition_forgets_its_ids_until_loaded_again(manager, topic) -> None:
+    """Cluster mode hands ``__transaction_state`` partitions between brokers: dropping one
+    forgets its ids (another coordinator owns them), loading it replays them."""
+
+    async def scenario() -> None:
+        c = coordinator(manager)
+        await begin(c, manager)
+        before = c.describe(TID)
+        c.drop_partition(txn_partition(TID))
+        with pytest.raises(TransactionalIdNotFoundError):
+            c.describe(TID)
+        c.load_partition(txn_partition(TID))
+        assert replace(c.describe(TID), update_ms=0) == replace(before, update_ms=0)
+
+    run(scenario())
+
+
 def test_unknown_id_is_not_found(manager) -> None:
     async def scenario() -> None:
         with pytest.raises(TransactionalIdNotFoundError):
