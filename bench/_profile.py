@@ -39,10 +39,21 @@ class Profiler:
 
     def start(self, timeout: float = 30.0) -> None:
         cmd = [
-            self.executable(), "record", "--pid", str(self.pid), "--rate", str(self.rate),
-            "--format", "raw", "--output", self.out, "--threads", "--idle", "--nolineno",
+            self.executable(),
+            "record",
+            "--pid",
+            str(self.pid),
+            "--rate",
+            str(self.rate),
+            "--format",
+            "raw",
+            "--output",
+            self.out,
+            "--threads",
+            "--idle",
+            "--nolineno",
             "--native",
-        ]  # fmt: skip
+        ]
         self.proc = subprocess.Popen(
             cmd,
             stdin=subprocess.DEVNULL,
