@@ -20,7 +20,7 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff format --check sparklog sparklog_testkit tests bench jobs
 
 typecheck: $(STAMP)
-	$(VENV)/bin/mypy sparklog
+	$(VENV)/bin/mypy sparklog sparklog_testkit
 
 unit: $(STAMP)
 	PYSPARK_PYTHON=$(abspath $(PY)) SPARK_LOCAL_IP=127.0.0.1 $(PY) -m pytest

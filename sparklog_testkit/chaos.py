@@ -30,7 +30,8 @@ from pathlib import Path
 from typing import Any
 
 from confluent_kafka import KafkaError, Producer
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient
+from confluent_kafka.cimpl import NewTopic
 
 from sparklog.storage import Storage
 from sparklog_testkit.processes import BrokerProcess
