@@ -1,42 +1,18 @@
-"""Fixtures of the coordinator tests: the coordinators driven directly, as the broker builds
-them (``sparklog.broker.server.Broker.start``), over a real ``PartitionManager`` on a real
-storage root in ``tmp_path``; each test's scenario runs on its own asyncio loop (``run``).
-Timers are real: tests use short timeouts and wait for the event they check
-(``eventually``), with deadlines generous enough for a loaded machine."""
+"""Fixtures of the coordinator tests: a real ``PartitionManager`` over a real storage root
+in ``tmp_path`` (what the coordinators run over in an embedded broker), and a data topic.
+What the tests share besides fixtures is in ``helpers``, ``group_helpers`` and
+``txn_helpers``."""
 
 from __future__ import annotations
 
-import asyncio
-import time
-from collections.abc import Callable, Coroutine, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, TypeVar
 
 import pytest
 
 from sparklog.broker.config import BrokerConfig
-from sparklog.broker.coordinators.group_offsets import OffsetStore
 from sparklog.broker.partitions import PartitionManager
 from sparklog.storage.store import Storage
-
-T = TypeVar("T")
-
-#: how long a scenario may take before the test fails (a hang is a failure, not a stall)
-SCENARIO_DEADLINE_S = 60.0
-
-
-def run(coro: Coroutine[Any, Any, T]) -> T:
-    """Run one scenario on a fresh event loop, failing it after ``SCENARIO_DEADLINE_S``."""
-    return asyncio.run(asyncio.wait_for(coro, SCENARIO_DEADLINE_S))
-
-
-async def eventually(check: Callable[[], bool], what: str, deadline_s: float = 20.0) -> None:
-    """Wait until ``check()`` holds, polling; fail naming ``what`` after ``deadline_s``."""
-    end = time.monotonic() + deadline_s
-    while not check():
-        if time.monotonic() > end:
-            raise AssertionError(f"timed out after {deadline_s} s waiting for {what}")
-        await asyncio.sleep(0.01)
 
 
 @pytest.fixture
@@ -48,9 +24,8 @@ def manager(tmp_path: Path) -> Iterator[PartitionManager]:
     m.close()
 
 
-def open_offsets(manager: PartitionManager) -> OffsetStore:
-    """``__consumer_offsets`` replayed, as an embedded broker starts it; inside the
-    scenario's loop (an opened partition wakes waiters on the loop that opened it)."""
-    store = OffsetStore(manager)
-    store.load()
-    return store
+@pytest.fixture
+def topic(manager: PartitionManager) -> str:
+    """Topic ``t`` with two partitions (the transactions' data partitions)."""
+    manager.create_topic("t", 2, None)
+    return "t"

@@ -16,7 +16,7 @@ from sparklog.broker.coordinators.group_offsets import (
 from sparklog.broker.partitions import PartitionManager
 from sparklog.storage.store import Storage
 
-from .conftest import open_offsets, run
+from .helpers import open_offsets, run
 
 T0 = ("t", 0)
 T1 = ("t", 1)
