@@ -31,6 +31,7 @@ from typing import Any
 from sparklog.errors import (
     CorruptMetadataError,
     InvalidConfigError,
+    InvalidPartitionsError,
     TopicExistsError,
     UnknownPartitionError,
     UnknownTopicError,
@@ -109,7 +110,7 @@ def _typed(configs: Mapping[str, Any]) -> dict[str, Any]:
 
 def _check_partitions(n: int) -> int:
     if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_PARTITIONS:
-        raise InvalidConfigError(
+        raise InvalidPartitionsError(
             f"partitions must be an integer in [1, {MAX_PARTITIONS}], got {n!r}"
         )
     return n
@@ -282,7 +283,7 @@ class TopicStore:
         meta = self.get(name)
         _check_partitions(total)
         if total <= meta.partitions:
-            raise InvalidConfigError(
+            raise InvalidPartitionsError(
                 f"topic {name!r} has {meta.partitions} partitions; the new count {total} "
                 "must be larger"
             )

@@ -491,3 +491,21 @@ def test_a_topic_created_in_the_data_dir_while_the_broker_runs_is_served(
     p = Producer({"bootstrap.servers": broker.bootstrap, "allow.auto.create.topics": False})
     p.produce("offline", b"v", b"k")
     assert p.flush(10) == 0
+
+
+def test_shrinking_a_topic_is_invalid_partitions(broker: BrokerProcess) -> None:
+    """CreatePartitions below the current count is INVALID_PARTITIONS (37), and the topic
+    keeps its partitions. Checked against Apache Kafka 4.3.1 (bench/_kafka.py, the same
+    confluent-kafka call): 37, "The topic kept3 currently has 3 partition(s); 2 would not be
+    an increase." """
+    from confluent_kafka import KafkaError, KafkaException
+    from confluent_kafka.admin import AdminClient, NewPartitions
+
+    with RawClient.connect(broker.bootstrap) as raw:
+        assert raw.create_topic("kept3", 3).error_code == 0
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    future = admin.create_partitions([NewPartitions("kept3", 2)])["kept3"]
+    with pytest.raises(KafkaException) as refused:
+        future.result(timeout=TIMEOUT)
+    assert refused.value.args[0].code() == KafkaError.INVALID_PARTITIONS
+    assert stored_topic(broker, "kept3").partitions == 3

@@ -6,6 +6,7 @@ import pytest
 
 from sparklog.errors import (
     InvalidConfigError,
+    InvalidPartitionsError,
     InvalidTopicError,
     TopicExistsError,
     UnknownPartitionError,
@@ -76,7 +77,8 @@ def test_invalid_names_never_touch_the_disk(fs: LocalFileSystem, root: str, name
 
 @pytest.mark.parametrize("partitions", [0, -1, 10_001])
 def test_partition_count_is_validated(fs: LocalFileSystem, root: str, partitions: int) -> None:
-    with pytest.raises(InvalidConfigError, match="partitions"):
+    """A bad count is its own error (the broker's table answers INVALID_PARTITIONS)."""
+    with pytest.raises(InvalidPartitionsError, match="partitions"):
         TopicStore(fs, root).create("t", partitions)
 
 
@@ -141,7 +143,7 @@ def test_add_partitions(fs: LocalFileSystem, root: str) -> None:
     storage.topics.create("t", 1)
     assert storage.topics.add_partitions("t", 3).partitions == 3
     storage.open_log("t", 2).append(records(0, 1))
-    with pytest.raises(InvalidConfigError):
+    with pytest.raises(InvalidPartitionsError):
         storage.topics.add_partitions("t", 2)
 
 

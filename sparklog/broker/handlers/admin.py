@@ -143,20 +143,13 @@ async def create_topics(ctx: RequestContext, header: Any, req: Any) -> dict[str,
             )
             if partitions == 0 or partitions < -1:
                 raise InvalidPartitionsError(f"num_partitions {partitions} must be positive")
-            try:
-                if req.validate_only:
-                    TopicConfig.from_mapping({**ctx.manager.config.topic_defaults, **configs})
-                    if ctx.manager.topics().get(t.name) is not None:
-                        raise TopicExistsError(f"topic {t.name!r} already exists")
-                    meta = None
-                else:
-                    meta = ctx.manager.create_topic(t.name, partitions, configs)
-            except InvalidConfigError as e:
-                # the topic store refuses a partition count as a config (storage knows no
-                # Kafka codes): name it for the table
-                if isinstance(e, InvalidPartitionsError) or "partitions" not in str(e):
-                    raise
-                raise InvalidPartitionsError(str(e)) from e
+            if req.validate_only:
+                TopicConfig.from_mapping({**ctx.manager.config.topic_defaults, **configs})
+                if ctx.manager.topics().get(t.name) is not None:
+                    raise TopicExistsError(f"topic {t.name!r} already exists")
+                meta = None
+            else:
+                meta = ctx.manager.create_topic(t.name, partitions, configs)
             if meta is not None:
                 entry.update(
                     topic_id=uuid.UUID(meta.topic_id),
@@ -260,12 +253,7 @@ async def create_partitions(ctx: RequestContext, header: Any, req: Any) -> dict[
                 if int(t.count) <= meta.partitions:
                     raise InvalidPartitionsError(f"partitions must grow beyond {meta.partitions}")
             else:
-                try:
-                    ctx.manager.add_partitions(t.name, int(t.count))
-                except InvalidConfigError as e:  # the topic store's word for a bad count
-                    if isinstance(e, InvalidPartitionsError):
-                        raise
-                    raise InvalidPartitionsError(str(e)) from e
+                ctx.manager.add_partitions(t.name, int(t.count))
         except (SparkLogError, ValueError) as e:
             entry.update(error_code=error_code(e), error_message=str(e))
         out.append(entry)
