@@ -356,8 +356,8 @@ class PartitionManager:
                 before = handle.log.manifest
                 after = handle.log.refresh()
                 # embedded: a newer epoch is a foreign writer (cluster: the next leader)
-                if not self.cluster and handle.log.superseded and self.foreign is None:
-                    self.stop_writes(handle.log.superseded)
+                if not self.cluster and handle.log.epochs.superseded and self.foreign is None:
+                    self.stop_writes(handle.log.epochs.superseded)
                 if after.version != before.version:
                     log.info(
                         "%s: manifest version %d by %s (log start %d -> %d, %d segments)",
@@ -381,7 +381,7 @@ class PartitionManager:
     def stop_writes(self, error: ForeignWriterError) -> None:
         """Another writer was found on this broker's storage (``error`` says who and
         where): from now on no partition acknowledges a write, none is opened and no
-        garbage is collected (``PartitionLog.fence_writes``); produce gets
+        garbage is collected (``WriterEpochs.fence_writes``); produce gets
         KAFKA_STORAGE_ERROR. Logged once, at ERROR. Reads go on."""
         if self.foreign is None:
             self.foreign = error
@@ -392,7 +392,7 @@ class PartitionManager:
                 self.storage.uri,
             )
         for handle in list(self.handles.values()):
-            handle.log.fence_writes(self.foreign)
+            handle.log.epochs.fence_writes(self.foreign)
 
     # ------------------------------------------------------------------ shutdown
 

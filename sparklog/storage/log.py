@@ -39,7 +39,6 @@ from concurrent.futures import Future
 import pyarrow as pa
 
 from sparklog.errors import (
-    ForeignWriterError,
     LogClosedError,
     OffsetOutOfRangeError,
     RecordTooLargeError,
@@ -50,7 +49,7 @@ from sparklog.storage.checkpoints import LogPosition
 from sparklog.storage.config import TopicConfig
 from sparklog.storage.control import CONTROL, TRANSACTIONAL
 from sparklog.storage.durability import SYNC_TIMES, GroupCommit
-from sparklog.storage.epochs import EpochsMixin
+from sparklog.storage.epochs import WriterEpochs
 from sparklog.storage.fs import FileSystem
 from sparklog.storage.manifest import Manifest, ManifestStore, SegmentInfo
 from sparklog.storage.producers import ProducerBatch, ProducerStates, write_snapshot
@@ -66,7 +65,7 @@ ORPHAN_GRACE_MS = 3600 * 1000
 _IPC_OVERHEAD = 1024
 
 
-class PartitionLog(EpochsMixin):
+class PartitionLog:
     """See the module docstring. Create with ``PartitionLog.open``."""
 
     def __init__(
@@ -99,11 +98,19 @@ class PartitionLog(EpochsMixin):
             label=label,
         )
         self._producers = ProducerStates()
-        self._epoch = found.manifest.leader_epoch
         #: cluster mode: the leader epoch that names the files this writer creates
         self._segment_epoch = found.active_epoch
         self._fence = fence
-        self._superseded: ForeignWriterError | None = None  # sparklog.storage.epochs
+        #: the writer's leader epoch, and whether another writer superseded it
+        self.epochs = WriterEpochs(
+            fs,
+            path,
+            label,
+            found.store,
+            found.manifest.leader_epoch,
+            fenced=fence is not None,
+            fail_waiting=self._commit.fail_waiting,
+        )
         self._sealed_cache: dict[str, SealedSegment] = {}
         self._sealer = Sealer(
             fs,
@@ -225,8 +232,8 @@ class PartitionLog(EpochsMixin):
     def _check_open(self) -> None:
         if self._closed:
             raise LogClosedError(f"{self.label}: the log is closed")
-        if self._superseded is not None:
-            raise self._superseded
+        if self.epochs.superseded is not None:
+            raise self.epochs.superseded
 
     # ------------------------------------------------------------------ append / durability
 
@@ -247,19 +254,8 @@ class PartitionLog(EpochsMixin):
         rolled = False
         with self._lock:
             self._check_open()
-            if producer is not None and producer.base_sequence < 0:
-                # transactional offset commits carry no sequence numbers: only the epoch
-                self._producers.check_marker(
-                    producer.producer_id, producer.producer_epoch, self.label
-                )
-            elif producer is not None:
-                dup = self._producers.check(
-                    producer.producer_id,
-                    producer.producer_epoch,
-                    producer.base_sequence,
-                    producer.count,
-                    self.label,
-                )
+            if producer is not None:
+                dup = self._producers.check_batch(producer, self.label)
                 if dup is not None:
                     return AppendResult(dup.first_offset, dup.last_offset, duplicate=True)
             incoming = records.nbytes + _IPC_OVERHEAD
@@ -283,14 +279,7 @@ class PartitionLog(EpochsMixin):
                 )
             h = self._active.append(batch)
             if producer is not None:
-                self._producers.update(
-                    producer.producer_id,
-                    producer.producer_epoch,
-                    producer.base_sequence,
-                    producer.count,
-                    base,
-                    transactional=producer.transactional,
-                )
+                self._producers.record_batch(producer, base)
             else:
                 self._producers.covered_offset = h.next_offset
         append_time = now if self.config.log_append_time else -1
@@ -387,7 +376,7 @@ class PartitionLog(EpochsMixin):
             seg.sync()
         if self._fence is not None:
             self._fence()  # raises once another broker leads: nothing becomes visible
-        self._check_superseded()  # another writer's epoch: nothing becomes visible
+        self.epochs.check(self._manifest.version)  # another writer: nothing becomes visible
         upto = LogPosition(seg.base_offset, size, next_offset)
         self._write_txn_index()
         self._write_hwm(upto)
@@ -468,12 +457,21 @@ class PartitionLog(EpochsMixin):
 
     # ------------------------------------------------------------------ manifest changes
 
+    def bump_leader_epoch(self) -> int:
+        """Start a new leader epoch at the log end offset (``WriterEpochs.bump``)."""
+        with self._lock:
+            self._manifest = self.epochs.bump(self._manifest, self.log_end_offset)
+            return self.epochs.epoch
+
+    def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
+        """Kafka's OffsetForLeaderEpoch answer (``WriterEpochs.end_offset_for_epoch``)."""
+        return self.epochs.end_offset_for_epoch(epoch, self.high_watermark)
+
     def _commit_fenced(self, transform: transforms.Transform) -> Manifest:
         """Commit a writer's transform (the sealer's too), refused once a newer leader
         epoch committed; the result becomes this log's manifest."""
         with self._lock:
-            fenced = transforms.Fenced(self._epoch, transform, self.label)
-            self._manifest = self._store.commit(fenced)
+            self._manifest = self._store.commit(self.epochs.fenced(transform))
             return self._manifest
 
     def refresh(self) -> Manifest:
@@ -485,7 +483,7 @@ class PartitionLog(EpochsMixin):
         with self._lock:
             latest = self._store.latest()
             if latest is not None and latest.version > self._manifest.version:
-                self._note_newer(latest)
+                self.epochs.note_newer(latest)
                 self._manifest = latest
                 live = latest.names()
                 for name in [n for n in self._sealed_cache if n not in live]:
@@ -508,7 +506,7 @@ class PartitionLog(EpochsMixin):
             return self._manifest.log_start_offset
 
     def collect_garbage(self, orphan_grace_ms: int = ORPHAN_GRACE_MS) -> gc.GcReport:
-        if self._superseded is not None:  # the files are another writer's now
+        if self.epochs.superseded is not None:  # the files are another writer's now
             return gc.GcReport()
         return gc.collect_garbage(
             self.fs,
@@ -581,8 +579,8 @@ class PartitionLog(EpochsMixin):
         """Wait for background seals, make everything durable, record the recovery point
         and the producer snapshot, release files. A superseded log (``superseded``) writes
         nothing: the files are another writer's now."""
-        if self._superseded is not None:
-            self.abandon(self._superseded)
+        if self.epochs.superseded is not None:
+            self.abandon(self.epochs.superseded)
             return
         for f in self._sealer.pending():  # outside _lock: a seal takes it to commit
             with contextlib.suppress(Exception):  # logged by the sealer; open() seals again

@@ -181,6 +181,27 @@ class ProducerStates:
                 self.aborted = [a for a in self.aborted if a.last_offset >= log_start_offset]
                 self.txn_version += 1
 
+    def check_batch(self, batch: ProducerBatch, label: str) -> BatchMeta | None:
+        """``check`` of an appended batch; one without sequence numbers (a transactional
+        offset commit) is checked by its epoch only (``check_marker``)."""
+        if batch.base_sequence < 0:
+            self.check_marker(batch.producer_id, batch.producer_epoch, label)
+            return None
+        return self.check(
+            batch.producer_id, batch.producer_epoch, batch.base_sequence, batch.count, label
+        )
+
+    def record_batch(self, batch: ProducerBatch, first_offset: int) -> None:
+        """``update`` with an appended batch that starts at ``first_offset``."""
+        self.update(
+            batch.producer_id,
+            batch.producer_epoch,
+            batch.base_sequence,
+            batch.count,
+            first_offset,
+            transactional=batch.transactional,
+        )
+
     def check(
         self, producer_id: int, epoch: int, first_seq: int, count: int, label: str
     ) -> BatchMeta | None:

@@ -60,7 +60,7 @@ def test_refresh_alone_finds_the_other_writer_and_the_log_then_touches_no_file(
     other = taker(fs, root)
     other.append(records(3, 1))
     first.refresh()
-    assert isinstance(first.superseded, ForeignWriterError)
+    assert isinstance(first.epochs.superseded, ForeignWriterError)
     assert first.collect_garbage(orphan_grace_ms=0).deleted == []
     recovery_point = fs.read_bytes(fs.join(first.path, names.RECOVERY_POINT_FILE))
     first.close()  # writes no checkpoint, no producer snapshot
@@ -77,7 +77,7 @@ def test_a_commit_that_keeps_the_epoch_does_not_stop_the_writer(
     job = ManifestStore(fs, log.path, writer="retention")
     job.commit(lambda m: dataclasses.replace(m))  # a new version, the same epoch
     log.append(records(2, 2))
-    assert log.high_watermark == 4 and log.superseded is None
+    assert log.high_watermark == 4 and log.epochs.superseded is None
     log.close()
 
 
@@ -86,7 +86,7 @@ def test_fence_writes_fails_waiting_appends_and_refuses_new_ones(
 ) -> None:
     log = writer(fs, root)
     r = log.append(records(0, 2), durable=False)
-    log.fence_writes(ForeignWriterError("the owner record changed"))
+    log.epochs.fence_writes(ForeignWriterError("the owner record changed"))
     with pytest.raises(ForeignWriterError, match="owner record"):
         log.wait_durable(r.last_offset + 1)
     with pytest.raises(ForeignWriterError, match="owner record"):

@@ -310,7 +310,7 @@ def test_leader_epoch_bumps_survive_reopen(fs: LocalFileSystem, root: str) -> No
     log.close()
     log = open_log(fs, root)
     assert log.bump_leader_epoch() == 1
-    assert log.leader_epochs() == [(0, 0), (1, 3)]
+    assert log.epochs.leader_epochs() == [(0, 0), (1, 3)]
 
 
 def test_closed_log_refuses_appends(fs: LocalFileSystem, root: str) -> None:

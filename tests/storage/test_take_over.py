@@ -50,7 +50,7 @@ def test_a_new_partition_is_taken_over_with_an_epoch_named_active_segment(
     assert log.manifest.active.name == names.segment_name(0, kind="arrow", epoch=3)
     log.append(records(0, 4))
     assert read_all(fs, root) == [b"v0", b"v1", b"v2", b"v3"]
-    assert log.leader_epochs()[-1] == (3, 0)
+    assert log.epochs.leader_epochs()[-1] == (3, 0)
     log.close()
 
 
@@ -63,7 +63,7 @@ def test_take_over_freezes_the_old_active_segment_at_its_end(
     frozen = new.manifest.segments[0]
     assert (frozen.base_offset, frozen.next_offset) == (0, 5)
     assert new.manifest.active.name == names.segment_name(5, kind="arrow", epoch=2)
-    assert new.leader_epochs()[-2:] == [(1, 0), (2, 5)]
+    assert new.epochs.leader_epochs()[-2:] == [(1, 0), (2, 5)]
     new.append(records(5, 2))
     assert read_all(fs, root) == [b"v%d" % i for i in range(7)]
     assert offsets(new.batches(0)) == list(range(7))

@@ -96,7 +96,7 @@ def test_each_leader_epoch_is_committed_to_the_manifest(fs: LocalFileSystem, roo
     assert second == first + 1
     assert log.manifest.leader_epoch == second
     assert ManifestStore(fs, log.path).latest().leader_epoch == second  # type: ignore[union-attr]
-    assert [e for e, _ in log.leader_epochs()] == [first, second]
+    assert [e for e, _ in log.epochs.leader_epochs()] == [first, second]
 
 
 def test_an_older_leader_epoch_is_fenced(fs: LocalFileSystem, root: str) -> None:
