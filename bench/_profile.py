@@ -104,7 +104,8 @@ _STAGES: list[tuple[str, str]] = [
     ("encode_response (sparklog/kafka/wire.py)", "kio: build + encode response"),
     ("build (sparklog/kafka/wire.py)", "kio: build + encode response"),
     ("produce (sparklog/broker/handlers/produce.py)", "produce handler (checks, entries)"),
-    ("_append_one (sparklog/broker/handlers/produce.py)", "produce handler (checks, entries)"),
+    ("append_records (sparklog/broker/append.py)", "append service (checks, outcomes)"),
+    ("_append_one (sparklog/broker/append.py)", "append service (checks, outcomes)"),
     ("decode_batch (sparklog/kafka/records.py)", "decode: Kafka batch -> Arrow (decode_batch)"),
     ("PartitionManager.append", "append: PartitionLog.append (normalize, IPC, CRC, write)"),
     ("PartitionManager.wait_durable", "group commit: futures, executor hand-off"),
@@ -120,7 +121,7 @@ _STAGES: list[tuple[str, str]] = [
     ("GroupCommit.wait", "fsync: group-commit bookkeeping"),
     ("ActiveSegment.sync", "fsync: fdatasync of the active segment"),
     ("PartitionLog._write_hwm", "fsync: high-watermark checkpoint"),
-    ("PartitionLog.seal_pending", "sealing: Parquet"),
+    ("Sealer.seal_pending", "sealing: Parquet"),
 ]
 
 

@@ -374,7 +374,6 @@ STORAGE_NAMES = (".leases", ".tmp-", "topic-defaults", ".export-tmp-", "manifest
 NOT_STORAGE_NAMES = {
     # the Spark sink's state under the query's checkpoint location
     ("sparklog/datasource/sink_state.py", "identity.json"),
-    ("sparklog/datasource/writer.py", ".json"),
     # the part files Spark's Parquet writer leaves in an export's output directory
     ("sparklog/export/sinks.py", ".parquet"),
 }

@@ -193,8 +193,9 @@ def test_a_fenced_producers_next_produce_is_fatal(broker: BrokerProcess) -> None
 
 def _fenced_epoch(c: KafkaClient, tid: str) -> tuple[int, int]:
     """A producer id that wrote a transactional batch to partition 0 at the epoch returned,
-    then was fenced by two more InitProducerIds (two: KIP-360 lets the epoch just below the
-    current one ask again)."""
+    then was fenced by two more InitProducerIds (one would do since the coordinator keeps
+    the previous epoch only for the producer that bumped it, as Kafka does; two keep the
+    test independent of that rule)."""
     body = {"transactional_id": tid, "transaction_timeout": 10_000, "producer_id": -1,
             "producer_epoch": -1}  # fmt: skip
     init = c.request(wire.ApiKey.INIT_PRODUCER_ID, 4, body)
