@@ -17,7 +17,7 @@ from collections.abc import Iterable, Iterator
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceReader, Filter, InputPartition
 
-from sparklog.datasource.options import BatchOptions
+from sparklog.datasource.options.reads import BatchOptions
 from sparklog.datasource.plan import Pushed, ReadPlanner
 from sparklog.datasource.scan import OffsetRange, read_partition, with_decoding
 from sparklog.kafka.security_admin import require_read_access

@@ -3,7 +3,7 @@
 A Python data source runs in Python worker processes; whatever it raises reaches the user
 as the last lines of a long traceback behind a Spark error class. So that the first line
 says what is wrong, the options of a ``sparklog`` read or write are checked in the driver,
-with the DataSource's own rules (``sparklog.datasource.options``, ``writer.write_options``),
+with the DataSource's own rules (``sparklog.datasource.options``: ``reads``, ``writes``),
 before Spark is asked: a wrong option raises ``OptionError`` right where the user called
 ``load``, ``save`` or ``start``. What the read planner would refuse first is checked there
 as well (``check_sources``): the path must hold sparklog storage (``NoStorageError``), a
@@ -44,7 +44,7 @@ from collections.abc import Callable
 from typing import Any
 
 from sparklog.datasource import ADMISSION_CONTROL, SPARK_VERSION
-from sparklog.datasource.options import JVM_PLAN_OPTION, jvm_plan_option
+from sparklog.datasource.options.schemas import JVM_PLAN_OPTION, jvm_plan_option
 from sparklog.errors import OptionError
 
 SPARKLOG = "sparklog"
@@ -134,7 +134,7 @@ def check_sources(o: Any) -> None:
     its READ check covers the topics that exist, and the stream checks the others when it
     first plans them; with ``true`` a missing topic fails the query either way, here
     with the message first."""
-    from sparklog.datasource.options import StreamOptions
+    from sparklog.datasource.options.reads import StreamOptions
     from sparklog.datasource.plan import ReadPlanner
     from sparklog.kafka.security_admin import require_read_access
     from sparklog.storage import Storage
@@ -210,7 +210,7 @@ def _stream_options(given: dict[str, str]) -> Any:
     """``stream_options``; the group's broker settings are kept for the listener's commits
     (``sparklog.datasource.group_offsets.remember``; see the module docstring)."""
     from sparklog.datasource.group_offsets import remember
-    from sparklog.datasource.options import stream_options
+    from sparklog.datasource.options.reads import stream_options
 
     o = stream_options(given)
     check_stream_features(o, ADMISSION_CONTROL)
@@ -227,8 +227,8 @@ def install() -> None:
     from pyspark.sql.readwriter import DataFrameReader, DataFrameWriter
     from pyspark.sql.streaming.readwriter import DataStreamReader, DataStreamWriter
 
-    from sparklog.datasource.options import batch_options
-    from sparklog.datasource.writer import write_options
+    from sparklog.datasource.options.reads import batch_options
+    from sparklog.datasource.options.writes import write_options
 
     for cls in (DataFrameReader, DataStreamReader, DataFrameWriter, DataStreamWriter):
         _remember(cls)

@@ -35,7 +35,7 @@ from pyspark.sql.datasource import (
 )
 
 from sparklog.datasource.offsets import TopicPartition
-from sparklog.datasource.options import BatchOptions, StreamOptions, Subscription, Timestamps
+from sparklog.datasource.options.reads import BatchOptions, StreamOptions, Subscription, Timestamps
 from sparklog.datasource.scan import OffsetRange
 from sparklog.errors import (
     OffsetOutOfRangeError,

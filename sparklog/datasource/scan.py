@@ -32,7 +32,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 from pyspark.sql.datasource import InputPartition
 
-from sparklog.datasource.options import SchemaOptions
+from sparklog.datasource.options.schemas import SchemaOptions
 from sparklog.errors import OffsetOutOfRangeError
 from sparklog.schemas.codec import Decoding, decode_batch, resolve_field
 from sparklog.schemas.source import open_source

@@ -15,10 +15,11 @@ from pyspark.sql.datasource import DataSource
 from pyspark.sql.types import StructType
 
 from sparklog.datasource.batch import SparkLogBatchReader
-from sparklog.datasource.options import batch_options, read_schema_options, stream_options
+from sparklog.datasource.options.reads import batch_options, read_schema_options, stream_options
+from sparklog.datasource.options.writes import write_options
 from sparklog.datasource.scan import HEADERS_SCHEMA, KAFKA_SCHEMA, decoding_for
 from sparklog.datasource.stream import SparkLogStreamReader
-from sparklog.datasource.writer import SparkLogStreamWriter, SparkLogWriter, write_options
+from sparklog.datasource.writer import SparkLogStreamWriter, SparkLogWriter
 from sparklog.errors import OptionError
 from sparklog.schemas.codec import Decoding
 

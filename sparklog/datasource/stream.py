@@ -56,7 +56,7 @@ else:  # Spark 4.1: no admission control; Spark runs AvailableNow with its own w
 from sparklog.datasource.group_offsets import REPORT_KEY, GroupOffsetCommitter, group_report
 from sparklog.datasource.offsets import SparkOffsets as Offsets
 from sparklog.datasource.offsets import StreamOffsets, TopicPartition
-from sparklog.datasource.options import StreamOptions
+from sparklog.datasource.options.reads import StreamOptions
 from sparklog.datasource.plan import ReadPlanner
 from sparklog.datasource.scan import OffsetRange, read_partition, with_decoding
 from sparklog.kafka import admin

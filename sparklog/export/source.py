@@ -28,7 +28,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from sparklog.datasource.options import batch_options
+from sparklog.datasource.options.reads import batch_options
 from sparklog.datasource.plan import ReadPlanner
 from sparklog.errors import ExportUsageError
 from sparklog.export.options import ExportOptions

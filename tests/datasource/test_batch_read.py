@@ -10,7 +10,7 @@ import pyarrow as pa
 import pytest
 
 import sparklog.spark
-from sparklog.datasource.options import batch_options
+from sparklog.datasource.options.reads import batch_options
 from sparklog.errors import OptionError
 from sparklog.storage import Storage
 from sparklog.storage.records import make_records

@@ -10,7 +10,7 @@ import pytest
 from pyspark.sql.datasource import EqualTo, GreaterThanOrEqual, In, LessThan
 from pyspark.sql.streaming.datasource import ReadAllAvailable
 
-from sparklog.datasource.options import batch_options, stream_options
+from sparklog.datasource.options.reads import batch_options, stream_options
 from sparklog.datasource.plan import Pushed, ReadPlanner
 from sparklog.datasource.stream import SparkLogStreamReader
 from sparklog.errors import NoStorageError, OffsetOutOfRangeError, OptionError

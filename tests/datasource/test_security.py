@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 import sparklog.spark
-from sparklog.datasource.options import batch_options, stream_options
-from sparklog.datasource.writer import write_options
+from sparklog.datasource.options.reads import batch_options, stream_options
+from sparklog.datasource.options.writes import write_options
 from sparklog.errors import OptionError
 from sparklog.kafka import admin
 from sparklog.kafka import security_admin as sa

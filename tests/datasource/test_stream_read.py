@@ -13,7 +13,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 
 import sparklog.spark
 from sparklog.datasource import ADMISSION_CONTROL
-from sparklog.datasource.options import stream_options
+from sparklog.datasource.options.reads import stream_options
 from sparklog.errors import OptionError
 from sparklog.jars import has_jvm_class
 from sparklog.storage import Storage

@@ -26,15 +26,10 @@ from pyspark.sql.types import (
 
 import sparklog.spark
 from sparklog.datasource import ADMISSION_CONTROL
+from sparklog.datasource.options.writes import write_options
 from sparklog.datasource.producer import PartitionStream, cut_batches
 from sparklog.datasource.sink_state import SinkState, StateStore
-from sparklog.datasource.writer import (
-    CRASH_POINTS,
-    TXN_CRASH_POINTS,
-    assign_partitions,
-    normalise,
-    write_options,
-)
+from sparklog.datasource.writer import CRASH_POINTS, TXN_CRASH_POINTS, assign_partitions, normalise
 from sparklog.errors import OptionError, SinkWriteError
 from sparklog.kafka.partitioner import murmur2_partition
 from sparklog.storage import RECORD_SCHEMA, Storage
@@ -425,7 +420,7 @@ def test_a_transactional_sink_is_exactly_once_for_read_committed_readers(
 def test_an_empty_transactional_id_is_refused() -> None:
     from pyspark.sql.types import BinaryType, StructField, StructType
 
-    from sparklog.datasource.writer import write_options
+    from sparklog.datasource.options.writes import write_options
 
     schema = StructType([StructField("value", BinaryType())])
     with pytest.raises(OptionError, match="transactional"):
