@@ -109,6 +109,21 @@ class JoinRequest:
     protocols: list[tuple[str, bytes]]
     requires_known_member_id: bool
 
+    def member(self, member_id: str, assignment: bytes = b"") -> Member:
+        """The member this request joins as ``member_id`` (with the ``assignment`` a
+        rejoining static member keeps)."""
+        return Member(
+            member_id,
+            self.group_instance_id,
+            self.client_id,
+            self.client_host,
+            self.session_timeout_ms,
+            self.rebalance_timeout_ms,
+            self.protocol_type,
+            list(self.protocols),
+            assignment=assignment,
+        )
+
 
 @dataclass(frozen=True)
 class JoinedMember:

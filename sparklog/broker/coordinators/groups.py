@@ -185,16 +185,7 @@ class GroupCoordinator:
             return self._joined(group, member_id)
         self._drop_pending(group, member_id)
         if member is None:
-            member = Member(
-                member_id,
-                req.group_instance_id,
-                req.client_id,
-                req.client_host,
-                req.session_timeout_ms,
-                req.rebalance_timeout_ms,
-                req.protocol_type,
-                list(req.protocols),
-            )
+            member = req.member(member_id)
             group.members[member_id] = member
         member.protocols = list(req.protocols)
         member.session_timeout_ms = req.session_timeout_ms
@@ -240,17 +231,7 @@ class GroupCoordinator:
             prev,
             FencedInstanceIdError(f"instance {req.group_instance_id!r} rejoined as {member_id!r}"),
         )
-        member = Member(
-            member_id,
-            req.group_instance_id,
-            req.client_id,
-            req.client_host,
-            req.session_timeout_ms,
-            req.rebalance_timeout_ms,
-            req.protocol_type,
-            list(req.protocols),
-            assignment=prev.assignment,
-        )
+        member = req.member(member_id, assignment=prev.assignment)
         group.members[member_id] = member
         self._touch(group, member)
         assert req.group_instance_id is not None

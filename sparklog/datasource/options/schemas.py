@@ -40,32 +40,23 @@ FORMATS = ("binary", "avro", "json")
 DECODE_IN = ("auto", "jvm", "python")
 #: the driver's decoding plan for the JVM (module docstring), lower-cased
 JVM_PLAN_OPTION = "_sparklog.jvm"
-#: the typed-column options of writes (lower-cased)
-WRITE_SCHEMA_OPTIONS = {
-    "valueformat",
-    "keyformat",
-    "schemaregistryurl",
-    "valuesubject",
-    "keysubject",
-    "valueschemaversion",
-    "keyschemaversion",
-    "autoregisterschemas",
-    "schemaregistrycafile",
-}
-#: the typed-column options of reads (lower-cased)
-SCHEMA_OPTIONS = {
-    "valueformat",
-    "keyformat",
-    "schemaregistryurl",
-    "valuesubject",
-    "keysubject",
-    "valueschemaversion",
-    "keyschemaversion",
-    "failondecodeerror",
-    "decodein",
-    "schemaregistrycafile",
-    JVM_PLAN_OPTION,
-}
+#: the typed-column options of reads and writes alike (lower-cased)
+_TYPED_OPTIONS = frozenset(
+    {
+        "valueformat",
+        "keyformat",
+        "schemaregistryurl",
+        "schemaregistrycafile",
+        "valuesubject",
+        "keysubject",
+        "valueschemaversion",
+        "keyschemaversion",
+    }
+)
+#: the typed-column options of writes
+WRITE_SCHEMA_OPTIONS = _TYPED_OPTIONS | {"autoregisterschemas"}
+#: the typed-column options of reads
+SCHEMA_OPTIONS = _TYPED_OPTIONS | {"failondecodeerror", "decodein", JVM_PLAN_OPTION}
 
 
 @dataclass(frozen=True)
