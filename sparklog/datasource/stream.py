@@ -212,7 +212,7 @@ class SparkLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if self._latest_seen is None:
             self._bounds()
         assert self._latest_seen is not None
-        report: dict[str, Any] = dict(StreamOffsets(self._latest_seen).to_spark())
+        report: dict[str, Any] = StreamOffsets(self._latest_seen).to_spark()
         extra: dict[str, Any] = {}
         o = self.options
         if o.group and o.client is not None:

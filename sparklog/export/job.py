@@ -14,6 +14,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from sparklog.datasource.offsets import StreamOffsets
 from sparklog.export import sinks, source
 from sparklog.export.options import ExportOptions
 from sparklog.spark_jobs import reporting_progress
@@ -153,4 +154,4 @@ def _offsets(raw: Any) -> dict[int, int]:
     doc = json.loads(raw) if isinstance(raw, str) else raw
     if not doc:
         return {}
-    return {int(p): int(o) for parts in doc.values() for p, o in parts.items()}
+    return {p: o for (_, p), o in StreamOffsets.from_spark(doc).positions.items()}

@@ -19,7 +19,6 @@ Kept out of the package: only tests and benchmarks start object stores.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import os
 import re
 import shutil
@@ -33,6 +32,8 @@ import urllib.error
 import urllib.request
 from collections.abc import Iterator
 
+from sparklog_testkit.processes import die_with_parent
+
 ACCESS_KEY = "sparklog-test"
 SECRET_KEY = "sparklog-test-secret"
 REGION = "us-east-1"
@@ -42,16 +43,6 @@ _GRPC_OFFSET = 10000
 #: conditional writes (If-None-Match: *, If-Match) are atomic from SeaweedFS 4.18
 MIN_VERSION = (4, 18)
 _PORT_RANGE = (20000, 50000)
-
-
-_PR_SET_PDEATHSIG = 1
-
-
-def die_with_parent() -> None:
-    """Runs in a child between fork and exec: the kernel SIGKILLs it when its parent dies.
-    (The demo's process module has the same helper; it moves there with the test kit.)"""
-    if sys.platform.startswith("linux"):
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
 def weed_version(binary: str) -> tuple[int, int]:
