@@ -230,6 +230,12 @@ class NotDurableError(SparkLogError):
         return type(self), (self.cause,)
 
 
+class TailUnavailableError(SparkLogError):
+    """A broker on object storage could not commit appended records in time (the object
+    store or etcd failing or stalling): they are not acknowledged, and may still be
+    committed later (a producer's retry is deduplicated if it is idempotent)."""
+
+
 class UnconfirmedAppendError(NotDurableError):
     """Appended records whose leadership check failed after the append (another broker
     leads now): they may or may not be in the log, and the next leader's recovery decides."""

@@ -31,6 +31,7 @@ _BY_CLASS: tuple[tuple[type[BaseException], ErrorCode], ...] = (
     (e.ForeignWriterError, ErrorCode.kafka_storage_error),
     (e.LeaseLostError, ErrorCode.not_leader_or_follower),
     (e.NotLeaderError, ErrorCode.not_leader_or_follower),
+    (e.TailUnavailableError, ErrorCode.request_timed_out),
     (e.FencedLeaderEpochError, ErrorCode.fenced_leader_epoch),
     (e.UnknownLeaderEpochError, ErrorCode.unknown_leader_epoch),
     # record batches a producer sent

@@ -57,6 +57,7 @@ from sparklog.storage.reader import DEFAULT_MAX_BYTES, LogView
 from sparklog.storage.records import AppendResult, control_record, normalize, payload_bytes
 from sparklog.storage.sealed import ROW_GROUP_ROWS, SealedSegment
 from sparklog.storage.sealing import Sealer
+from sparklog.storage.tail import BrokerTail, PartitionTail, rebuild
 
 log = logging.getLogger(__name__)
 crashpoints.register("roll.after_new_file", "roll.after_commit")
@@ -80,6 +81,7 @@ class PartitionLog:
         row_group_rows: int,
         auto_seal: bool,
         fence: Callable[[], None] | None = None,
+        tail: BrokerTail | None = None,
     ) -> None:
         self.fs = fs
         self.path = path
@@ -119,8 +121,11 @@ class PartitionLog:
             row_group_rows=row_group_rows,
             epoch=self._segment_epoch,
             latest=self.refresh,
-            commit=self._commit_fenced,
+            commit=self._commit_seal if tail is not None else self._commit_fenced,
         )
+        #: on object storage: the broker's tail, and this log's place in its rounds
+        self._broker_tail = tail
+        self._tail: PartitionTail | None = None
         self._roll_fsyncs = 0
         self._closed = False
         self._txn_written = 0
@@ -143,17 +148,26 @@ class PartitionLog:
         writer: str = "",
         leader_epoch: int | None = None,
         fence: Callable[[], None] | None = None,
+        tail: BrokerTail | None = None,
     ) -> PartitionLog:
         """Recover the partition (``sparklog.storage.recovery``) and open it for writing.
 
         Cluster mode (``leader_epoch``: the one the controller assigned) takes the partition
         over first (``recovery.take_over``). Every group-commit round calls ``fence`` after
-        its fsync, before the high watermark moves: it raises once another broker leads."""
+        its fsync, before the high watermark moves: it raises once another broker leads.
+
+        On object storage (``tail``: the broker's, and ``fs`` its tiered filesystem) the
+        tail is claimed first (a cluster's take-over fences older leaders there), the
+        cache's segment files are rebuilt from it (``tail.rebuild``), and every round
+        commits through the tail instead of an fsync and the fence."""
         config = config or TopicConfig()
         path = names.partition_dir(root, topic, partition)
         label = f"{topic}-{partition}"
         store = ManifestStore(fs, path, writer=writer or f"log:{os.getpid()}", clock=clock)
         now_ms = int(clock() * 1000)
+        if tail is not None:
+            entries = tail.claim(topic, partition, -1 if leader_epoch is None else leader_epoch)
+            rebuild.materialize(fs, root, path, store.latest(), entries)
         if leader_epoch is None:
             found = recovery.recover(fs, path, config, store, now_ms=now_ms, label=label)
         else:
@@ -170,6 +184,7 @@ class PartitionLog:
             row_group_rows=row_group_rows,
             auto_seal=auto_seal,
             fence=fence,
+            tail=tail,
         )
         plog._write_hwm(plog._commit.durable)
         plog._write_recovery_point()
@@ -182,6 +197,9 @@ class PartitionLog:
         )
         if plog._producers.txn_version or txnindex.has_index(fs, path):
             plog._write_txn_index(force=True)
+        if tail is not None:
+            plog._tail = tail.register(topic, partition, plog.epochs.epoch, plog._active)
+            plog._drop_sealed_tail(plog.manifest)
         if leader_epoch is None:
             plog.recovery.resealed = plog.seal_pending()
         elif plog.manifest.unsealed_rolled and auto_seal:
@@ -278,6 +296,8 @@ class PartitionLog:
                     f"max.message.bytes is {self.config.max_message_bytes}"
                 )
             h = self._active.append(batch)
+            if self._tail is not None:
+                self._tail.appended(h.end - h.position)
             if producer is not None:
                 self._producers.record_batch(producer, base)
             else:
@@ -322,6 +342,8 @@ class PartitionLog:
                 pa.array([CONTROL | TRANSACTIONAL], pa.int8()),
             )
             h = self._active.append(batch)
+            if self._tail is not None:
+                self._tail.appended(h.end - h.position)
             self._producers.marker(producer_id, producer_epoch, commit, base)
         if durable:
             self.wait_durable(h.next_offset)
@@ -372,6 +394,11 @@ class PartitionLog:
         since a roll needs the token, and appends go on during the fsync."""
         seg = self._active
         size, next_offset = seg.end
+        if self._tail is not None:  # committed in a round: the commit is the fence
+            upto = self._tail.wait(next_offset)
+            self._write_txn_index()
+            self._write_hwm(upto)
+            return upto
         with SYNC_TIMES.timed():
             seg.sync()
         if self._fence is not None:
@@ -423,8 +450,11 @@ class PartitionLog:
     def _roll_locked(self, now_ms: int) -> None:
         with self._commit.exclusive() as moved_to:
             old = self._active
-            old.sync()
-            self._roll_fsyncs += 1
+            if self._tail is not None:
+                self._tail.wait(old.next_offset)  # every byte of it committed
+            else:
+                old.sync()
+                self._roll_fsyncs += 1
             new_base = old.next_offset
             new = ActiveSegment.create(
                 self.fs,
@@ -447,6 +477,8 @@ class PartitionLog:
             self._commit_fenced(transforms.Roll(rolled, active))
             crashpoints.hit("roll.after_commit")
             self._active = new
+            if self._tail is not None:
+                self._tail.switch(new)
             old.close()
             position = LogPosition(new_base, FILE_HEADER_SIZE, new_base)
             self._write_hwm(position)
@@ -473,6 +505,21 @@ class PartitionLog:
         with self._lock:
             self._manifest = self._store.commit(self.epochs.fenced(transform))
             return self._manifest
+
+    def _commit_seal(self, transform: transforms.Transform) -> Manifest:
+        """On object storage: commit a seal, then drop the chunks it made redundant."""
+        manifest = self._commit_fenced(transform)
+        self._drop_sealed_tail(manifest)
+        return manifest
+
+    def _drop_sealed_tail(self, manifest: Manifest) -> None:
+        """Drop the tail's chunks below the first unsealed segment."""
+        tail = self._tail
+        if self._broker_tail is None or tail is None:
+            return
+        through = next((s.base_offset for s in manifest.segments if not s.sealed), None)
+        if through is not None:
+            self._broker_tail.drop(tail.topic, tail.partition, tail.epoch, through)
 
     def refresh(self) -> Manifest:
         """Pick up manifest versions committed by others (compaction, retention jobs).
@@ -565,6 +612,8 @@ class PartitionLog:
             if self._closed:
                 return
             self._closed = True
+        if self._tail is not None:
+            self._tail.fail(error)
         self._commit.fail_waiting(error)
         with self._lock:
             self._release_files()
@@ -593,4 +642,6 @@ class PartitionLog:
             self._producers.covered_offset = self.log_end_offset
             write_snapshot(self.fs, self.path, self._producers)
             self._closed = True
+            if self._tail is not None:
+                self._tail.fail(LogClosedError(f"{self.label}: the log is closed"))
             self._release_files()

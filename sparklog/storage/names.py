@@ -25,6 +25,7 @@ Layout under a storage root::
         transactions.e00000000007.checkpoint       the same, of epoch 7's segments
     <root>/topic-defaults/<version>.json           dynamic topic defaults, versioned
     <root>/topics/<topic>/jobs/<job>.json          the last run of a maintenance job
+    <root>/wal/<writer>/<seq>.wal                  a tail round of a broker on object storage
     <root>/security/users/<version>.json           SCRAM credentials, versioned
     <root>/security/acls/<version>.json            ACLs, versioned
 
@@ -70,6 +71,12 @@ TXN_INDEX_FILE = "transactions.checkpoint"
 OFFSET_INDEX_SUFFIX = ".index"
 TIME_INDEX_SUFFIX = ".timeindex"
 TMP_PREFIX = ".tmp-"
+WAL_DIR = "wal"
+WAL_SUFFIX = ".wal"
+#: the writer name of an embedded broker's tail rounds (a cluster broker's is ``n<node id>``)
+EMBEDDED_WRITER = "embedded"
+_WAL_RE = re.compile(r"^(\d{20})\.wal$")
+_WRITER_RE = re.compile(r"^(?:embedded|n\d+)$")
 
 _SEGMENT_RE = re.compile(r"^(\d{20})(?:-e(\d{11}))?(?:\.(\d{5}))?\.(arrow|parquet)$")
 _HWM_EPOCH = "high-watermark.e{:011d}.checkpoint"
@@ -268,6 +275,45 @@ def lease_path(directory: str, name: str) -> str:
     if not name or any(not p or p in (".", "..") or not _LEASE_PART.match(p) for p in parts):
         raise ValueError(f"bad lease name {name!r}")
     return f"{directory.rstrip('/')}/{LEASES_DIR}/{name}.lock"
+
+
+def wal_dir(root: str, writer: str | None = None) -> str:
+    """The tail rounds of every writer (``writer`` None), or of one (``n3``, ``embedded``)."""
+    if writer is None:
+        return f"{root.rstrip('/')}/{WAL_DIR}"
+    if not _WRITER_RE.match(writer):
+        raise ValueError(f"bad tail writer name {writer!r}")
+    return f"{root.rstrip('/')}/{WAL_DIR}/{writer}"
+
+
+def wal_writer(node_id: int | None) -> str:
+    """The writer name of a broker's tail rounds: ``n<node id>``, or ``embedded``."""
+    return EMBEDDED_WRITER if node_id is None else f"n{node_id}"
+
+
+def wal_object(seq: int) -> str:
+    """Tail round ``seq`` of a writer, relative to its ``wal_dir``."""
+    if not 0 <= seq < 10**20:
+        raise ValueError(f"bad tail round number {seq}")
+    return f"{seq:020d}{WAL_SUFFIX}"
+
+
+def parse_wal_object(name: str) -> int | None:
+    """The inverse of ``wal_object``; None for other names."""
+    m = _WAL_RE.match(name)
+    return int(m.group(1)) if m else None
+
+
+def is_cache_file(name: str) -> bool:
+    """Whether a partition directory's file ``name`` lives in a broker's local cache when
+    the root is on object storage: active and rolled ``.arrow`` segments, their indexes,
+    and the high-watermark and recovery-point checkpoints (``sparklog.storage.fs.tiered``).
+    Their durable form is the tail in the object store (``sparklog.storage.tail``)."""
+    if name.startswith("high-watermark") or name == RECOVERY_POINT_FILE:
+        return True
+    owner = index_owner(name) or name
+    seg = parse_segment_name(owner)
+    return seg is not None and seg.kind == ACTIVE_KIND
 
 
 def partition_dir(root: str, topic: str, partition: int) -> str:

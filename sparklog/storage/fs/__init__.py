@@ -141,6 +141,12 @@ class FileSystem(abc.ABC):
     def read_bytes(self, path: str) -> bytes:
         return bytes(self.read_buffer(path).to_pybytes())
 
+    def read_ranges(self, path: str, ranges: list[tuple[int, int]]) -> list[bytes]:
+        """The bytes of each ``(start, end)`` range of the file (an object store reads
+        them with ranged GETs of that object alone)."""
+        buf = self.read_buffer(path)
+        return [buf[start:end].to_pybytes() for start, end in ranges]
+
     def write_new(self, path: str, data: bytes) -> None:
         """Write a whole new file durably (content synced; the directory is synced by callers)."""
         with self.open_output(path) as out:

@@ -1,0 +1,89 @@
+"""The log's tail on object storage: what a broker whose root is in a bucket writes instead
+of fsyncing its active segments.
+
+Pieces (design and reasons: docs/object-storage.md):
+- ``objects``: the round object format (one object per flush round, every partition's new
+  bytes in it) and ``TailEntry``, one committed chunk;
+- ``rounds``: ``RoundWriter``, a broker's one writer of rounds (cut every ``flush_ms``,
+  uploaded in parallel, committed in order), and ``PartitionTail``, a log's place in it;
+- ``embedded``: the committer of a broker without etcd (the round's creation commits);
+  ``sparklog.cluster.tail`` is a cluster broker's (one etcd transaction per round that
+  commits and fences);
+- ``rebuild``: a partition's cache files rebuilt from its committed chunks before it opens;
+- ``gc``: round objects nobody references removed after a delay.
+
+``BrokerTail`` ties a committer to its round writer for ``PartitionLog``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Protocol
+
+from sparklog.errors import SparkLogError
+from sparklog.storage.active import ActiveSegment
+from sparklog.storage.checkpoints import LogPosition
+from sparklog.storage.tail.objects import TailEntry
+from sparklog.storage.tail.rounds import PartitionTail, RoundWriter, TailCommitter
+
+__all__ = ["BrokerTail", "PartitionTail", "TailEntry", "TailStore"]
+
+
+class TailStore(TailCommitter, Protocol):
+    """A committer that also keeps the committed chunks: claims and drops them."""
+
+    writer: str
+
+    def claim(self, topic: str, partition: int, epoch: int) -> list[TailEntry]:
+        """Fence older writers of the partition (a cluster's take-over) and return its
+        committed chunks."""
+        ...
+
+    def drop(self, topic: str, partition: int, epoch: int, through: int) -> bool:
+        """Forget the chunks that end at or below offset ``through`` (sealed)."""
+        ...
+
+
+class BrokerTail:
+    """A broker's tail: its committer (``store``) and its ``RoundWriter``."""
+
+    def __init__(
+        self,
+        store: TailStore,
+        *,
+        flush_ms: int,
+        flush_bytes: int,
+        timeout_ms: int,
+        max_in_flight: int = 4,
+    ) -> None:
+        self.store = store
+        self.rounds = RoundWriter(
+            store,
+            flush_ms=flush_ms,
+            flush_bytes=flush_bytes,
+            max_in_flight=max_in_flight,
+            timeout_ms=timeout_ms,
+            writer=store.writer,
+        )
+
+    def claim(self, topic: str, partition: int, epoch: int) -> list[TailEntry]:
+        return self.store.claim(topic, partition, epoch)
+
+    def register(
+        self, topic: str, partition: int, epoch: int, active: ActiveSegment
+    ) -> PartitionTail:
+        """The log's place in the rounds, from its active segment's end (all committed:
+        the log just opened from the committed tail)."""
+        committed = LogPosition(active.base_offset, active.size, active.next_offset)
+        return self.rounds.register(topic, partition, epoch, active, committed)
+
+    def drop(self, topic: str, partition: int, epoch: int, through: int) -> None:
+        # a chunk not dropped is dropped by the next seal's drop, or the next leader's
+        with contextlib.suppress(SparkLogError):
+            self.store.drop(topic, partition, epoch, through)
+
+    def close(self) -> None:
+        self.rounds.close()
+        close = getattr(self.store, "close", None)
+        if close is not None:
+            close()

@@ -1,0 +1,133 @@
+"""Rebuild a broker's cache files from the committed tail, before a partition opens.
+
+A broker on object storage keeps each unsealed segment file in its local cache
+(``sparklog.storage.fs.tiered``); what makes its bytes durable is the committed tail: the
+``TailEntry`` chunks the broker's committer recorded. Before ``PartitionLog.open`` recovers
+a partition, ``materialize`` makes every unsealed segment file the manifest names hold
+exactly its committed bytes:
+
+- the committed end of a segment is where the chain of its chunks, from the file header
+  on, stops (chunks may overlap: a round taken again after a failed one; overlapping bytes
+  are the same bytes, since one leader epoch's writer writes each position of its own
+  segment file once);
+- a cache file at least that long (this broker wrote it) is truncated to it: whatever lies
+  past it was never committed, so never acknowledged;
+- a shorter or missing one (a new machine, a wiped cache, another broker's segment) is
+  written anew: the file header, then the chunks' bytes, read by ranged GETs, one request
+  per object however many chunks it holds, several objects at once.
+
+Recovery then walks the frames as for any active segment (CRC, offsets), so a corrupt
+chunk is found there.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
+
+from sparklog.storage import names
+from sparklog.storage.active import FILE_HEADER, FILE_HEADER_SIZE
+from sparklog.storage.fs import FileSystem
+from sparklog.storage.manifest import Manifest
+from sparklog.storage.tail.objects import TailEntry
+
+log = logging.getLogger(__name__)
+FETCH_THREADS = 16
+
+
+def chain(entries: Iterable[TailEntry]) -> list[tuple[TailEntry, int]]:
+    """The chunks of one segment that make its committed bytes, in file order, each with
+    the first position it contributes (overlaps skipped); stops at a gap."""
+    out: list[tuple[TailEntry, int]] = []
+    at = FILE_HEADER_SIZE
+    for e in sorted(entries, key=lambda e: (e.start, -e.end)):
+        if e.end <= at:
+            continue
+        if e.start > at:
+            log.warning(
+                "%s: committed tail has a gap at %d (next chunk %d)", e.segment, at, e.start
+            )
+            break
+        out.append((e, at))
+        at = e.end
+    return out
+
+
+def committed_end(entries: Iterable[TailEntry]) -> tuple[int, int]:
+    """(file size, next offset) of a segment's committed bytes (the header alone: base)."""
+    links = chain(entries)
+    if not links:
+        return FILE_HEADER_SIZE, -1
+    last = links[-1][0]
+    return last.end, last.next
+
+
+def materialize(
+    fs: FileSystem,
+    root: str,
+    partition_path: str,
+    manifest: Manifest | None,
+    entries: list[TailEntry],
+) -> int:
+    """Make the cache's unsealed segment files of one partition hold exactly their
+    committed bytes (module docstring). ``fs`` is the broker's tiered filesystem, ``root``
+    the storage root the entries' objects are relative to. Returns the bytes fetched."""
+    by_segment: dict[str, list[TailEntry]] = defaultdict(list)
+    for e in entries:
+        by_segment[e.segment].append(e)
+    unsealed = [] if manifest is None else [s.name for s in manifest.segments if not s.sealed]
+    fetch: list[tuple[str, str, list[tuple[TailEntry, int]]]] = []
+    for name in unsealed:
+        links = chain(by_segment.get(name, []))
+        end = links[-1][0].end if links else FILE_HEADER_SIZE
+        path = fs.join(partition_path, name)
+        have = fs.size(path) if fs.exists(path) else 0
+        if have >= end and have >= FILE_HEADER_SIZE:
+            if have > end:
+                f = fs.open_append(path)
+                try:
+                    f.truncate(end)
+                finally:
+                    f.close()
+            continue
+        fetch.append((name, path, links))
+    if not fetch:
+        return 0
+    wanted: dict[str, list[tuple[int, int]]] = defaultdict(list)
+    for _name, _path, links in fetch:
+        for e, first in links:
+            wanted[e.object].append((e.at + first - e.start, e.at + e.end - e.start))
+    with ThreadPoolExecutor(min(FETCH_THREADS, len(wanted))) as pool:
+        got = dict(
+            zip(
+                wanted,
+                pool.map(
+                    lambda item: dict(
+                        zip(item[1], fs.read_ranges(fs.join(root, item[0]), item[1]), strict=True)
+                    ),
+                    wanted.items(),
+                ),
+                strict=True,
+            )
+        )
+    fetched = 0
+    for name, path, links in fetch:
+        f = fs.open_append(path)
+        try:
+            f.truncate(0)
+            f.write(FILE_HEADER)
+            for e, first in links:
+                data = got[e.object][(e.at + first - e.start, e.at + e.end - e.start)]
+                f.write(data)
+                fetched += len(data)
+            f.sync()
+        finally:
+            f.close()
+        for index in names.segment_files(name)[1:]:  # rebuilt from the frames on open
+            fs.delete(fs.join(partition_path, index))
+    log.info(
+        "%s: rebuilt %d cache file(s) from the tail (%d bytes)", partition_path, len(fetch), fetched
+    )
+    return fetched
