@@ -39,6 +39,15 @@ TOML layout::
     schema_registry_auth = "none"            # "basic": HTTP basic auth as a broker user
     metrics = "127.0.0.1:9404"               # serve Prometheus metrics at /metrics there
                                              # (HOST:PORT; docs/metrics.md)
+    cache_dir = "/var/cache/sparklog"        # a root on object storage (s3://): where this
+                                             # broker keeps its active segments (default: a
+                                             # directory under the system's temp dir)
+    flush_ms = 100                           # object storage: a tail round every flush_ms,
+    flush_bytes = 8388608                    # or sooner once this many bytes wait
+    tail_timeout_ms = 10000                  # object storage: an append not committed in
+                                             # this long is answered REQUEST_TIMED_OUT
+    round_gc_delay_ms = 600000               # object storage: rounds nobody committed are
+                                             # deleted after this long
     lag_sample_ms = 10000                    # lag health: how often a group is sampled,
     lag_window = 10                          # and how many samples make its window
 
@@ -102,6 +111,11 @@ class BrokerConfig:
     metrics: str | None = None
     lag_sample_ms: int = 10_000
     lag_window: int = 10
+    cache_dir: str | None = None
+    flush_ms: int = 100
+    flush_bytes: int = 8 * 1024 * 1024
+    tail_timeout_ms: int = 10_000
+    round_gc_delay_ms: int = 600_000
     topic_defaults: dict[str, str] = field(default_factory=dict)
     security: SecurityConfig = field(default_factory=SecurityConfig)
 
@@ -157,6 +171,16 @@ class BrokerConfig:
             self.metrics_address  # noqa: B018 (parsed: a malformed address fails here)
         if self.lag_sample_ms < 10 or self.lag_window < 2:
             raise ValueError("lag_sample_ms must be >= 10 and lag_window >= 2")
+        if not 1 <= self.flush_ms <= 60_000 or self.flush_bytes < 1:
+            raise ValueError(
+                f"flush_ms must be 1..60000 and flush_bytes >= 1, got {self.flush_ms} and "
+                f"{self.flush_bytes}"
+            )
+        if self.tail_timeout_ms < self.flush_ms or self.round_gc_delay_ms < 60_000:
+            raise ValueError(
+                f"tail_timeout_ms must be >= flush_ms and round_gc_delay_ms >= 60000, got "
+                f"{self.tail_timeout_ms} and {self.round_gc_delay_ms}"
+            )
         if self.lease_ttl_ms < 1000:
             raise ValueError(
                 f"lease_ttl_ms must be >= 1000 (etcd leases are whole seconds), "

@@ -26,10 +26,12 @@ from sparklog.errors import (
 )
 from sparklog.kafka.records import DecodedBatch
 from sparklog.storage import Storage, names
+from sparklog.storage.fs import FileSystem
 from sparklog.storage.log import PartitionLog
 from sparklog.storage.producers import ProducerBatch
 from sparklog.storage.reader import LogView, PartitionReader
 from sparklog.storage.records import AppendResult
+from sparklog.storage.tail import BrokerTail
 from sparklog.storage.topics import TopicMeta
 
 log = logging.getLogger(__name__)
@@ -65,6 +67,10 @@ class PartitionManager:
         #: set once another writer was found on this broker's storage (``stop_writes``)
         self.foreign: ForeignWriterError | None = None
         self.producer_ids = ProducerIdAllocator(storage.fs, storage.root)
+        #: the filesystem partition logs open on, and the broker's tail: on object storage
+        #: (``sparklog.broker.object_storage``) the tiered one and the tail, set by the broker
+        self.log_fs: FileSystem = storage.fs
+        self.tail: BrokerTail | None = None
         for name in storage.topics.list():
             self._topics[name] = storage.topics.get(name)
 
@@ -258,7 +264,7 @@ class PartitionManager:
         if self.foreign is not None:  # opening would commit an epoch over the other writer
             raise self.foreign
         return PartitionLog.open(
-            self.storage.fs,
+            self.log_fs,
             self.storage.root,
             topic,
             partition,
@@ -266,6 +272,7 @@ class PartitionManager:
             writer=f"broker:{self.config.node_id}",
             leader_epoch=leader_epoch,
             fence=fence,
+            tail=self.tail,
         )
 
     def follower_view(self, topic: str, partition: int) -> LogView:

@@ -52,6 +52,7 @@ from typing import Any
 
 from aiohttp import web
 
+from sparklog.broker import object_storage
 from sparklog.broker.apis import APIS, api_versions
 from sparklog.broker.append import AppendService
 from sparklog.broker.config import BrokerConfig
@@ -79,6 +80,7 @@ from sparklog.security.tls import certificate_principal, server_context
 from sparklog.storage import Storage, names, owner
 from sparklog.storage.lease import DATA_DIR, Lease
 from sparklog.storage.owner import Owner
+from sparklog.storage.tail import BrokerTail
 
 log = logging.getLogger("sparklog.broker")
 
@@ -124,6 +126,8 @@ class Broker:
             )
         )
         self.storage = Storage(config.data_dir)
+        #: on object storage: the broker's tail (``sparklog.broker.object_storage``)
+        self.tail: BrokerTail | None = None
         self._lease: Lease | None = None
         #: the root's owner record as this broker claimed it (``sparklog.storage.owner``)
         self.owner: Owner | None = None
@@ -176,6 +180,11 @@ class Broker:
             self._claim_root()
             self.cluster_id = _cluster_id(self.storage)
             self.manager = PartitionManager(self.config, self.storage, cluster=clustered)
+            if not self.storage.fs.supports_append:  # the log on object storage
+                self.manager.log_fs, self.tail = object_storage.open_tail(
+                    self.config, self.storage, self.etcd
+                )
+                self.manager.tail = self.tail
             offsets = OffsetStore(self.manager)
             if clustered:
                 offsets.ensure_topic()  # its partitions load as this broker takes them over
@@ -252,6 +261,7 @@ class Broker:
         fs, root, uri = self.storage.fs, self.storage.root, self.storage.uri
         owner.check_root(fs, root, uri)
         if self.config.clustered:
+            object_storage.check_atomic_create(fs, root, uri)
             wanted = Owner.of_cluster(self.config.cluster_name, str(self.config.etcd))
         else:
             self._lease = self.storage.leases.acquire(DATA_DIR, self._holder())
@@ -450,6 +460,8 @@ class Broker:
                 await server.wait_closed()
         if self.manager is not None:
             self.manager.close()
+        if self.tail is not None:
+            self.tail.close()
         if self._lease is not None:
             self._lease.release()
         log.info("sparklog broker %d stopped (%s:%d)", self.config.node_id, self.host, self.port)

@@ -2,8 +2,8 @@
 
     sparklog broker start [--data-dir DIR] [--listen HOST:PORT] [--config FILE]
         [--node-id N] [--advertised-host H] [--etcd HOST:PORT[,...] [--etcd-* ...]
-        [--lease-ttl-ms MS] [--cluster NAME] [--rack R]] [--schema-registry URL]
-        [--metrics HOST:PORT]
+        [--lease-ttl-ms MS] [--cluster NAME] [--rack R]] [--cache-dir DIR]
+        [--flush-ms MS] [--schema-registry URL] [--metrics HOST:PORT]
 
 The flags override the ``--config`` TOML file (``conf/broker.toml``; ``BrokerConfig``).
 """
@@ -37,6 +37,14 @@ def add_parser(sub: Any) -> None:
     )
     add_etcd_arguments(start)
     start.add_argument("--lease-ttl-ms", type=int, help="cluster mode: etcd lease TTL (3000)")
+    start.add_argument(
+        "--cache-dir",
+        help="a --data-dir on object storage (s3://): where this broker keeps its active "
+        "segments (default: under the system's temp dir)",
+    )
+    start.add_argument(
+        "--flush-ms", type=int, help="a --data-dir on object storage: the flush round (100)"
+    )
     start.add_argument("--cluster", help="cluster mode: the cluster's name in etcd (default)")
     start.add_argument("--rack", help="cluster mode: this broker's rack")
     start.add_argument(
@@ -81,6 +89,8 @@ def broker_config(args: argparse.Namespace) -> BrokerConfig:
         etcd_user=args.etcd_user,
         etcd_password_file=args.etcd_password_file,
         lease_ttl_ms=args.lease_ttl_ms,
+        cache_dir=args.cache_dir,
+        flush_ms=args.flush_ms,
         cluster_name=args.cluster,
         rack=args.rack,
         advertised_host=args.advertised_host,

@@ -38,8 +38,9 @@ from dataclasses import dataclass
 import crc32c
 
 from sparklog.errors import CorruptMetadataError
-from sparklog.storage import names
+from sparklog.storage import names, txnindex
 from sparklog.storage.fs import FileSystem
+from sparklog.storage.producers import AbortedTxn
 
 
 @dataclass(frozen=True)
@@ -158,3 +159,35 @@ def end_offset_for_epoch(
         return -1, -1
     floor = [e for e, _start in history if e <= epoch]
     return (floor[-1] if floor else epoch), min(higher[0][1], high_watermark)
+
+
+class LogCheckpoints:
+    """The files a partition's writer keeps for its readers in the partition directory
+    ``path``: the high watermark of the active segment, the recovery point, and the
+    transaction index (``txnindex``, rewritten only when the transaction state changed)."""
+
+    def __init__(self, fs: FileSystem, path: str) -> None:
+        self.fs = fs
+        self.path = path
+        self._txn_written = 0
+
+    def high_watermark(self, active_segment: str, pos: LogPosition) -> None:
+        write_position(self.fs, self.path, names.high_watermark_file(active_segment), pos)
+
+    def recovery_point(self, pos: LogPosition) -> None:
+        write_position(self.fs, self.path, names.RECOVERY_POINT_FILE, pos)
+
+    def txn_index(
+        self,
+        active_segment: str,
+        state: tuple[int, int | None, tuple[AbortedTxn, ...]],
+        force: bool,
+    ) -> None:
+        """Replace the readers' transaction index if ``state`` (``ProducerStates.txn_state``:
+        version, first unstable offset, aborted transactions) changed since the last write."""
+        version, first, aborted = state
+        if version != self._txn_written or force:
+            txnindex.write_txn_index(
+                self.fs, self.path, active_segment, txnindex.TxnIndex(first, aborted)
+            )
+            self._txn_written = version

@@ -194,6 +194,11 @@ class TopicConfig:
             values[attr] = parse(raw)
         return cls(**values)
 
+    def rolls(self, size_bytes: int, age_ms: int) -> bool:
+        """Whether an active segment of ``size_bytes`` (with what is about to be appended)
+        created ``age_ms`` ago rolls (Kafka's segment.bytes and segment.ms)."""
+        return size_bytes > self.segment_bytes or age_ms >= self.segment_ms
+
     def with_overrides(self, configs: Mapping[str, Any]) -> TopicConfig:
         merged = {**self.to_mapping(), **dict(configs)}
         return TopicConfig.from_mapping(merged)

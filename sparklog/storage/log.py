@@ -38,26 +38,21 @@ from concurrent.futures import Future
 
 import pyarrow as pa
 
-from sparklog.errors import (
-    LogClosedError,
-    OffsetOutOfRangeError,
-    RecordTooLargeError,
-)
+from sparklog.errors import LogClosedError, OffsetOutOfRangeError, RecordTooLargeError
 from sparklog.storage import checkpoints, crashpoints, gc, names, recovery, transforms, txnindex
 from sparklog.storage.active import FILE_HEADER_SIZE, ActiveSegment
 from sparklog.storage.checkpoints import LogPosition
 from sparklog.storage.config import TopicConfig
-from sparklog.storage.control import CONTROL, TRANSACTIONAL
 from sparklog.storage.durability import SYNC_TIMES, GroupCommit
 from sparklog.storage.epochs import WriterEpochs
 from sparklog.storage.fs import FileSystem
 from sparklog.storage.manifest import Manifest, ManifestStore, SegmentInfo
 from sparklog.storage.producers import ProducerBatch, ProducerStates, write_snapshot
 from sparklog.storage.reader import DEFAULT_MAX_BYTES, LogView
-from sparklog.storage.records import AppendResult, control_record, normalize, payload_bytes
+from sparklog.storage.records import AppendResult, marker_batch, normalize, payload_bytes
 from sparklog.storage.sealed import ROW_GROUP_ROWS, SealedSegment
 from sparklog.storage.sealing import Sealer
-from sparklog.storage.tail import BrokerTail, PartitionTail, rebuild
+from sparklog.storage.tail import BrokerTail, LogTail
 
 log = logging.getLogger(__name__)
 crashpoints.register("roll.after_new_file", "roll.after_commit")
@@ -81,7 +76,6 @@ class PartitionLog:
         row_group_rows: int,
         auto_seal: bool,
         fence: Callable[[], None] | None = None,
-        tail: BrokerTail | None = None,
     ) -> None:
         self.fs = fs
         self.path = path
@@ -121,14 +115,13 @@ class PartitionLog:
             row_group_rows=row_group_rows,
             epoch=self._segment_epoch,
             latest=self.refresh,
-            commit=self._commit_seal if tail is not None else self._commit_fenced,
+            commit=self._commit_seal,
         )
-        #: on object storage: the broker's tail, and this log's place in its rounds
-        self._broker_tail = tail
-        self._tail: PartitionTail | None = None
+        #: on object storage: this log's place in its broker's tail (set by ``open``)
+        self._tail: LogTail | None = None
         self._roll_fsyncs = 0
         self._closed = False
-        self._txn_written = 0
+        self._checkpoints = checkpoints.LogCheckpoints(fs, path)
         self.recovery = found.report
 
     # ------------------------------------------------------------------ open
@@ -157,23 +150,15 @@ class PartitionLog:
         its fsync, before the high watermark moves: it raises once another broker leads.
 
         On object storage (``tail``: the broker's, and ``fs`` its tiered filesystem) the
-        tail is claimed first (a cluster's take-over fences older leaders there), the
-        cache's segment files are rebuilt from it (``tail.rebuild``), and every round
-        commits through the tail instead of an fsync and the fence."""
+        cache is rebuilt from the committed tail first (``recovery.open_partition``), and
+        every round commits through the tail instead of an fsync and the fence."""
         config = config or TopicConfig()
         path = names.partition_dir(root, topic, partition)
         label = f"{topic}-{partition}"
         store = ManifestStore(fs, path, writer=writer or f"log:{os.getpid()}", clock=clock)
         now_ms = int(clock() * 1000)
-        if tail is not None:
-            entries = tail.claim(topic, partition, -1 if leader_epoch is None else leader_epoch)
-            rebuild.materialize(fs, root, path, store.latest(), entries)
-        if leader_epoch is None:
-            found = recovery.recover(fs, path, config, store, now_ms=now_ms, label=label)
-        else:
-            found = recovery.take_over(
-                fs, path, config, store, leader_epoch, now_ms=now_ms, label=label
-            )
+        args = (fs, root, topic, partition, config, store)
+        found = recovery.open_partition(*args, leader_epoch=leader_epoch, tail=tail, now_ms=now_ms)
         plog = cls(
             fs,
             path,
@@ -184,10 +169,9 @@ class PartitionLog:
             row_group_rows=row_group_rows,
             auto_seal=auto_seal,
             fence=fence,
-            tail=tail,
         )
         plog._write_hwm(plog._commit.durable)
-        plog._write_recovery_point()
+        plog._checkpoints.recovery_point(plog._commit.durable)
         plog._producers = recovery.producer_states(
             fs,
             path,
@@ -198,8 +182,8 @@ class PartitionLog:
         if plog._producers.txn_version or txnindex.has_index(fs, path):
             plog._write_txn_index(force=True)
         if tail is not None:
-            plog._tail = tail.register(topic, partition, plog.epochs.epoch, plog._active)
-            plog._drop_sealed_tail(plog.manifest)
+            plog._tail = tail.attach(topic, partition, plog.epochs.epoch, plog._active)
+            plog._tail.drop_sealed(plog.manifest)
         if leader_epoch is None:
             plog.recovery.resealed = plog.seal_pending()
         elif plog.manifest.unsealed_rolled and auto_seal:
@@ -319,7 +303,7 @@ class PartitionLog:
         coordinator_epoch: int,
         durable: bool = True,
     ) -> AppendResult:
-        """Append a transaction marker (``records.control_record``): the producer's open
+        """Append a transaction marker (``records.marker_batch``): the producer's open
         transaction here ends. One below the producer's epoch is refused."""
         now = self._now_ms()
         with self._lock:
@@ -328,18 +312,14 @@ class PartitionLog:
             if self._should_roll(1024, now):
                 self._roll_locked(now)
             base = self._active.next_offset
-            producer = ProducerBatch(producer_id, producer_epoch, -1, 1, transactional=True)
-            batch = normalize(
-                control_record(commit, coordinator_epoch),
+            batch = marker_batch(
+                producer_id,
+                producer_epoch,
+                commit=commit,
+                coordinator_epoch=coordinator_epoch,
                 base_offset=base,
                 now_ms=now,
                 log_append_time=self.config.log_append_time,
-                producer=producer,
-            )
-            batch = batch.set_column(
-                batch.schema.get_field_index("attributes"),
-                batch.schema.field("attributes"),
-                pa.array([CONTROL | TRANSACTIONAL], pa.int8()),
             )
             h = self._active.append(batch)
             if self._tail is not None:
@@ -357,12 +337,8 @@ class PartitionLog:
         seg = self._active
         if seg.frame_count == 0:
             return False
-        if seg.legacy:
-            return True
-        if seg.size + incoming > self.config.segment_bytes:
-            return True
-        created = self._manifest.active.created_ms
-        return now_ms - created >= self.config.segment_ms
+        age_ms = now_ms - self._manifest.active.created_ms
+        return seg.legacy or self.config.rolls(seg.size + incoming, age_ms)
 
     def confirm_leadership(self) -> None:
         """Run the fence (cluster mode; nothing embedded): NotLeaderError once another
@@ -394,39 +370,24 @@ class PartitionLog:
         since a roll needs the token, and appends go on during the fsync."""
         seg = self._active
         size, next_offset = seg.end
-        if self._tail is not None:  # committed in a round: the commit is the fence
+        if self._tail is not None:  # committed in a round, whose commit is also the fence
             upto = self._tail.wait(next_offset)
-            self._write_txn_index()
-            self._write_hwm(upto)
-            return upto
-        with SYNC_TIMES.timed():
-            seg.sync()
-        if self._fence is not None:
-            self._fence()  # raises once another broker leads: nothing becomes visible
-        self.epochs.check(self._manifest.version)  # another writer: nothing becomes visible
-        upto = LogPosition(seg.base_offset, size, next_offset)
+        else:
+            with SYNC_TIMES.timed():
+                seg.sync()
+            if self._fence is not None:
+                self._fence()  # raises once another broker leads: nothing becomes visible
+            self.epochs.check(self._manifest.version)  # another writer: nothing visible
+            upto = LogPosition(seg.base_offset, size, next_offset)
         self._write_txn_index()
         self._write_hwm(upto)
         return upto
 
     def _write_txn_index(self, force: bool = False) -> None:
-        """Replace the readers' transaction index (``txnindex``) if it changed."""
-        version, first, aborted = self._producers.txn_state()
-        if version == self._txn_written and not force:
-            return
-        idx = txnindex.TxnIndex(first, aborted)
-        txnindex.write_txn_index(self.fs, self.path, self._active.name, idx)
-        self._txn_written = version
+        self._checkpoints.txn_index(self._active.name, self._producers.txn_state(), force)
 
     def _write_hwm(self, pos: LogPosition) -> None:
-        checkpoints.write_position(
-            self.fs, self.path, names.high_watermark_file(self._active.name), pos
-        )
-
-    def _write_recovery_point(self) -> None:
-        checkpoints.write_position(
-            self.fs, self.path, names.RECOVERY_POINT_FILE, self._commit.durable
-        )
+        self._checkpoints.high_watermark(self._active.name, pos)
 
     # ------------------------------------------------------------------ roll / seal
 
@@ -482,7 +443,7 @@ class PartitionLog:
             old.close()
             position = LogPosition(new_base, FILE_HEADER_SIZE, new_base)
             self._write_hwm(position)
-            checkpoints.write_position(self.fs, self.path, names.RECOVERY_POINT_FILE, position)
+            self._checkpoints.recovery_point(position)
             moved_to(position)
             # everything below new_base is durable: a replay after a crash starts here
             write_snapshot(self.fs, self.path, self._producers)
@@ -507,19 +468,11 @@ class PartitionLog:
             return self._manifest
 
     def _commit_seal(self, transform: transforms.Transform) -> Manifest:
-        """On object storage: commit a seal, then drop the chunks it made redundant."""
+        """Commit a seal; on object storage drop the tail's chunks it made redundant."""
         manifest = self._commit_fenced(transform)
-        self._drop_sealed_tail(manifest)
+        if self._tail is not None:
+            self._tail.drop_sealed(manifest)
         return manifest
-
-    def _drop_sealed_tail(self, manifest: Manifest) -> None:
-        """Drop the tail's chunks below the first unsealed segment."""
-        tail = self._tail
-        if self._broker_tail is None or tail is None:
-            return
-        through = next((s.base_offset for s in manifest.segments if not s.sealed), None)
-        if through is not None:
-            self._broker_tail.drop(tail.topic, tail.partition, tail.epoch, through)
 
     def refresh(self) -> Manifest:
         """Pick up manifest versions committed by others (compaction, retention jobs).
@@ -591,11 +544,7 @@ class PartitionLog:
         return self.view().read(start_offset, max_bytes=max_bytes, end_offset=end_offset)
 
     def batches(
-        self,
-        start_offset: int,
-        end_offset: int | None = None,
-        *,
-        columns: list[str] | None = None,
+        self, start_offset: int, end_offset: int | None = None, *, columns: list[str] | None = None
     ) -> Iterator[pa.RecordBatch]:
         return self.view().batches(start_offset, end_offset, columns=columns)
 
@@ -638,7 +587,7 @@ class PartitionLog:
             if self._closed:
                 return
             self.sync()
-            self._write_recovery_point()
+            self._checkpoints.recovery_point(self._commit.durable)
             self._producers.covered_offset = self.log_end_offset
             write_snapshot(self.fs, self.path, self._producers)
             self._closed = True

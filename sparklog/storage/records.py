@@ -52,6 +52,7 @@ import pyarrow.compute as pc
 from sparklog.errors import InvalidRecordsError
 from sparklog.storage.control import (
     CODEC_MASK,
+    CONTROL,
     CONTROL_ABORT,
     CONTROL_COMMIT,
     TRANSACTIONAL,
@@ -255,6 +256,34 @@ def control_record(commit: bool, coordinator_epoch: int) -> pa.RecordBatch:
     value = control_value(coordinator_epoch)
     return pa.RecordBatch.from_pydict(
         {"key": pa.array([key], pa.binary()), "value": pa.array([value], pa.binary())}
+    )
+
+
+def marker_batch(
+    producer_id: int,
+    producer_epoch: int,
+    *,
+    commit: bool,
+    coordinator_epoch: int,
+    base_offset: int,
+    now_ms: int,
+    log_append_time: bool,
+) -> pa.RecordBatch:
+    """The stored batch of one transaction marker at ``base_offset``: ``control_record``
+    normalized with the producer's columns, its attributes the control and transactional
+    bits."""
+    producer = ProducerBatch(producer_id, producer_epoch, -1, 1, transactional=True)
+    batch = normalize(
+        control_record(commit, coordinator_epoch),
+        base_offset=base_offset,
+        now_ms=now_ms,
+        log_append_time=log_append_time,
+        producer=producer,
+    )
+    return batch.set_column(
+        batch.schema.get_field_index("attributes"),
+        batch.schema.field("attributes"),
+        pa.array([CONTROL | TRANSACTIONAL], pa.int8()),
     )
 
 

@@ -46,6 +46,7 @@ from sparklog.storage.config import TopicConfig
 from sparklog.storage.fs import FileSystem
 from sparklog.storage.manifest import Manifest, ManifestStore, SegmentInfo
 from sparklog.storage.producers import ProducerStates, read_snapshot
+from sparklog.storage.tail import BrokerTail, rebuild
 
 log = logging.getLogger(__name__)
 #: the stored columns producer-state recovery reads
@@ -231,6 +232,33 @@ def take_over(
         "frozen" if frozen else "empty, dropped",
     )
     return Recovered(store, manifest, new, found.report)
+
+
+def open_partition(
+    fs: FileSystem,
+    root: str,
+    topic: str,
+    partition: int,
+    config: TopicConfig,
+    store: ManifestStore,
+    *,
+    leader_epoch: int | None,
+    tail: BrokerTail | None,
+    now_ms: int,
+) -> Recovered:
+    """What ``PartitionLog.open`` does before the log serves: ``recover``, or ``take_over``
+    at ``leader_epoch``. On object storage (``tail``) the tail is claimed first (a
+    cluster's take-over fences older leaders there, and reads the committed chunks in the
+    same etcd transaction) and the cache's unsealed segment files are rebuilt from it
+    (``tail.rebuild.materialize``), so that recovery finds exactly the committed bytes."""
+    path = names.partition_dir(root, topic, partition)
+    label = f"{topic}-{partition}"
+    if tail is not None:
+        entries = tail.claim(topic, partition, -1 if leader_epoch is None else leader_epoch)
+        rebuild.materialize(fs, root, path, store.latest(), entries)
+    if leader_epoch is None:
+        return recover(fs, path, config, store, now_ms=now_ms, label=label)
+    return take_over(fs, path, config, store, leader_epoch, now_ms=now_ms, label=label)
 
 
 def _record_epoch(fs: FileSystem, path: str, epoch: int, start: int) -> None:

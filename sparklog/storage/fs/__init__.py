@@ -48,6 +48,9 @@ class FileSystem(abc.ABC):
     #: loss of one machine or disk (object stores, HDFS). Kafka's replication factor is
     #: then the storage's to give; a local disk is one copy (``sparklog.broker.replicas``).
     redundant: bool = False
+    #: True when ``create_exclusive`` is atomic across processes and machines (a local
+    #: disk's O_EXCL, an object store's conditional PUT); cluster mode requires it
+    atomic_create: bool = True
 
     def join(self, *parts: str) -> str:
         return posixpath.join(*parts)

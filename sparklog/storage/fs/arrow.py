@@ -76,6 +76,8 @@ class ArrowFileSystem(FileSystem):
         self.fs = fs
         self.supports_append = True
         self.redundant = fs.type_name in _REDUNDANT
+        #: check-then-write across processes (see create_exclusive), unless on a local disk
+        self.atomic_create = fs.type_name == "local"
 
     def local_path(self, path: str) -> str | None:
         return path if isinstance(self.fs, pafs.LocalFileSystem) else None

@@ -23,10 +23,11 @@ from typing import Protocol
 from sparklog.errors import SparkLogError
 from sparklog.storage.active import ActiveSegment
 from sparklog.storage.checkpoints import LogPosition
+from sparklog.storage.manifest import Manifest
 from sparklog.storage.tail.objects import TailEntry
 from sparklog.storage.tail.rounds import PartitionTail, RoundWriter, TailCommitter
 
-__all__ = ["BrokerTail", "PartitionTail", "TailEntry", "TailStore"]
+__all__ = ["BrokerTail", "LogTail", "PartitionTail", "TailEntry", "TailStore"]
 
 
 class TailStore(TailCommitter, Protocol):
@@ -77,6 +78,10 @@ class BrokerTail:
         committed = LogPosition(active.base_offset, active.size, active.next_offset)
         return self.rounds.register(topic, partition, epoch, active, committed)
 
+    def attach(self, topic: str, partition: int, epoch: int, active: ActiveSegment) -> LogTail:
+        """A log's link to this tail (``register``, with the drops of its seals)."""
+        return LogTail(self, self.register(topic, partition, epoch, active))
+
     def drop(self, topic: str, partition: int, epoch: int, through: int) -> None:
         # a chunk not dropped is dropped by the next seal's drop, or the next leader's
         with contextlib.suppress(SparkLogError):
@@ -87,3 +92,24 @@ class BrokerTail:
         close = getattr(self.store, "close", None)
         if close is not None:
             close()
+
+
+class LogTail:
+    """What a ``PartitionLog`` on object storage holds: its place in the broker's rounds
+    (``PartitionTail``: ``appended``, ``wait``, ``switch``, ``fail``) and the drop of the
+    chunks its seals make redundant."""
+
+    def __init__(self, broker: BrokerTail, tail: PartitionTail) -> None:
+        self.broker = broker
+        self.tail = tail
+        self.appended = tail.appended
+        self.wait = tail.wait
+        self.switch = tail.switch
+        self.fail = tail.fail
+
+    def drop_sealed(self, manifest: Manifest) -> None:
+        """Drop the chunks below the manifest's first unsealed segment."""
+        through = next((s.base_offset for s in manifest.segments if not s.sealed), None)
+        if through is not None:
+            t = self.tail
+            self.broker.drop(t.topic, t.partition, t.epoch, through)

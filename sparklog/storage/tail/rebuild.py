@@ -99,7 +99,7 @@ def materialize(
     for _name, _path, links in fetch:
         for e, first in links:
             wanted[e.object].append((e.at + first - e.start, e.at + e.end - e.start))
-    with ThreadPoolExecutor(min(FETCH_THREADS, len(wanted))) as pool:
+    with ThreadPoolExecutor(max(1, min(FETCH_THREADS, len(wanted)))) as pool:
         got = dict(
             zip(
                 wanted,

@@ -1,0 +1,91 @@
+"""A broker whose storage root is on object storage (``s3://``): its tail and its cache.
+
+An object store cannot append, so such a broker keeps its active segments in a local
+cache directory (``storage.fs.tiered``) and makes appends durable by committing them in
+flush rounds to the bucket (``storage.tail``): an embedded broker by creating each round's
+object, a cluster broker through etcd (``cluster.tail``). ``open_tail`` builds both for
+the broker; the partition manager opens every log on the tiered filesystem with the tail.
+
+Cluster mode needs a store whose create-if-absent is atomic across machines (manifests,
+topic metadata and round objects are all committed by it): ``check_atomic_create`` refuses
+a backend that says it has none, and probes the store itself (a second create of one key
+must fail), so a store that ignores S3's ``If-None-Match`` is refused at start.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import tempfile
+import uuid
+
+from sparklog.broker.config import BrokerConfig
+from sparklog.cluster.etcd import EtcdSettings
+from sparklog.errors import ObjectStoreError
+from sparklog.storage import Storage
+from sparklog.storage.fs import FileSystem
+from sparklog.storage.fs.tiered import TieredFileSystem
+from sparklog.storage.tail import BrokerTail, TailStore
+from sparklog.storage.tail.embedded import EmbeddedTail
+
+log = logging.getLogger(__name__)
+PROBE_DIR = ".sparklog-probe"
+
+
+def default_cache_dir(uri: str, node_id: int) -> str:
+    """``<temp dir>/sparklog-cache-<uid>/<digest of the root>-n<node id>``."""
+    digest = hashlib.sha256(uri.encode()).hexdigest()[:16]
+    return os.path.join(
+        tempfile.gettempdir(), f"sparklog-cache-{os.getuid()}", f"{digest}-n{node_id}"
+    )
+
+
+def check_atomic_create(fs: FileSystem, root: str, uri: str) -> None:
+    """Refuse (``ObjectStoreError``) a store whose create-if-absent is not atomic."""
+    if not fs.atomic_create:
+        raise ObjectStoreError(
+            f"{uri}: cluster mode needs a store with an atomic create-if-absent; this "
+            f"backend ({type(fs).__name__}) checks then writes, which two brokers can race"
+        )
+    probe = fs.join(root, PROBE_DIR, uuid.uuid4().hex)
+    try:
+        first = fs.create_exclusive(probe, b"1")
+        second = fs.create_exclusive(probe, b"2")
+    finally:
+        fs.delete(probe)
+    if not (first and not second):
+        raise ObjectStoreError(
+            f"{uri}: the object store ignored a conditional write (If-None-Match: *): a "
+            "second create of one key succeeded. Cluster mode needs conditional writes "
+            "(AWS S3, SeaweedFS 4.18 or later, MinIO, Ceph RGW with them enabled)"
+        )
+
+
+def open_tail(
+    config: BrokerConfig, storage: Storage, etcd: EtcdSettings | None
+) -> tuple[TieredFileSystem, BrokerTail]:
+    """The tiered filesystem and the tail of a broker on object storage."""
+    cache = config.cache_dir or default_cache_dir(storage.uri, config.node_id)
+    fs = TieredFileSystem(storage.fs, storage.root, cache)
+    store: TailStore
+    if etcd is not None:
+        from sparklog.cluster.tail import EtcdTail
+
+        store = EtcdTail(etcd, config.cluster_name, config.node_id, storage.fs, storage.root)
+    else:
+        store = EmbeddedTail(storage.fs, storage.root)
+    tail = BrokerTail(
+        store,
+        flush_ms=config.flush_ms,
+        flush_bytes=config.flush_bytes,
+        timeout_ms=config.tail_timeout_ms,
+    )
+    log.info(
+        "log on object storage: %s, cache %s, a round every %d ms or %d bytes",
+        storage.uri,
+        cache,
+        config.flush_ms,
+        config.flush_bytes,
+    )
+    return fs, tail

@@ -1,0 +1,92 @@
+"""A broker whose storage root is on object storage (a real S3 server, SeaweedFS): its
+active segments live in a local cache directory, appends are committed in flush rounds to
+the bucket, and a machine that dies with its cache loses nothing acknowledged."""
+
+from __future__ import annotations
+
+import shutil
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from sparklog.storage import names
+from sparklog.storage.fs.s3 import S3FileSystem
+from sparklog_testkit.processes import BrokerProcess
+
+from ..support.s3 import SeaweedS3
+
+
+@pytest.fixture
+def s3_uri(s3_server: SeaweedS3, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    for k, v in s3_server.env().items():
+        monkeypatch.setenv(k, v)  # the broker processes inherit them
+    yield f"s3://{s3_server.bucket}/{uuid.uuid4().hex}"
+
+
+def _produce(
+    bootstrap: str, topic: str, n: int, partitions: int = 2
+) -> list[tuple[int, int, bytes]]:
+    """(partition, offset, value) of every acknowledged record."""
+    acked: list[tuple[int, int, bytes]] = []
+
+    def done(err: object, msg: object) -> None:
+        if err is None:
+            acked.append((msg.partition(), msg.offset(), msg.value()))  # type: ignore[attr-defined]
+
+    p = Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True,
+                  "linger.ms": 5})  # fmt: skip
+    for i in range(n):
+        p.produce(topic, value=f"v{i}".encode(), partition=i % partitions, on_delivery=done)
+        if i % 100 == 0:
+            p.poll(0)
+    assert p.flush(30) == 0
+    return acked
+
+
+def _consume(bootstrap: str, topic: str, partitions: int) -> list[tuple[int, int, bytes]]:
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "check", "enable.auto.commit": False,
+                  "auto.offset.reset": "earliest"})  # fmt: skip
+    c.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+    out: list[tuple[int, int, bytes]] = []
+    empty = 0
+    while empty < 5:
+        batch = c.consume(1000, timeout=1)
+        empty = 0 if batch else empty + 1
+        out += [(m.partition(), m.offset(), m.value()) for m in batch if m.error() is None]
+    c.close()
+    return out
+
+
+def test_a_killed_broker_whose_cache_is_gone_loses_nothing_acknowledged(
+    s3_uri: str, tmp_path: Path
+) -> None:
+    cache = tmp_path / "cache"
+    broker = BrokerProcess(s3_uri, extra=("--cache-dir", str(cache), "--flush-ms", "20"))
+    with broker:
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+        for f in admin.create_topics([NewTopic("t", 2, 1)]).values():
+            f.result(30)
+        acked = _produce(broker.bootstrap, "t", 3000)
+        assert len(acked) == 3000
+        broker.kill()  # SIGKILL: no close, no flush
+        shutil.rmtree(cache)  # the machine is gone
+        broker.start()
+        got = _consume(broker.bootstrap, "t", 2)
+    assert sorted(got) == sorted(acked)
+    fs, root = S3FileSystem.from_uri(s3_uri)
+    partition = names.partition_dir(root, "t", 0)
+    assert not [n for n in fs.listdir(partition) if n.endswith(".arrow")]
+
+
+def test_a_broker_on_object_storage_needs_no_local_data_dir(s3_uri: str, tmp_path: Path) -> None:
+    cache = tmp_path / "cache"
+    with BrokerProcess(s3_uri, extra=("--cache-dir", str(cache))) as broker:
+        acked = _produce(broker.bootstrap, "auto", 10, partitions=1)  # auto-created, one partition
+        assert len(acked) == 10
+    fs, root = S3FileSystem.from_uri(s3_uri)
+    assert fs.exists(names.owner_path(root))
+    assert fs.listdir(names.wal_dir(root, names.EMBEDDED_WRITER))
