@@ -354,12 +354,15 @@ class PartitionManager:
     # ------------------------------------------------------------------ maintenance
 
     def maintain(self, handles: Iterable[PartitionHandle], *, collect_garbage: bool) -> None:
-        """Pick up manifest versions other writers committed (retention and compaction jobs
-        commit without calling the broker), then, if asked, delete files that no manifest
-        needs any more (after ``file.delete.delay.ms``). Runs on a worker thread; a failure
-        on one partition is logged and the others go on."""
+        """On object storage, roll (and seal) active segments older than ``segment.ms``,
+        appended to or not; pick up manifest versions other writers committed (retention
+        and compaction jobs commit without calling the broker), then, if asked, delete
+        files that no manifest needs any more (after ``file.delete.delay.ms``). Runs on a
+        worker thread; a failure on one partition is logged and the others go on."""
         for handle in handles:
             try:
+                if self.tail is not None:  # readers of the bucket see sealed segments only
+                    handle.log.roll(if_due=True)
                 before = handle.log.manifest
                 after = handle.log.refresh()
                 # embedded: a newer epoch is a foreign writer (cluster: the next leader)

@@ -399,11 +399,12 @@ class PartitionLog:
         """Wait for background seals started so far (exceptions are re-raised)."""
         self._sealer.wait()
 
-    def roll(self) -> None:
-        """Roll the active segment now (if it holds any record)."""
+    def roll(self, *, if_due: bool = False) -> None:
+        """Roll the active segment now (if it holds any record); with ``if_due`` only once
+        ``segment.ms`` has passed, appended to or not (a quiet partition seals)."""
         with self._lock:
             self._check_open()
-            if self._active.frame_count:
+            if self._active.frame_count and (not if_due or self._should_roll(0, self._now_ms())):
                 self._roll_locked(self._now_ms())
         if self._auto_seal:
             self.seal_pending()

@@ -5,6 +5,7 @@ the bucket, and a machine that dies with its cache loses nothing acknowledged.""
 from __future__ import annotations
 
 import shutil
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -90,3 +91,20 @@ def test_a_broker_on_object_storage_needs_no_local_data_dir(s3_uri: str, tmp_pat
     fs, root = S3FileSystem.from_uri(s3_uri)
     assert fs.exists(names.owner_path(root))
     assert fs.listdir(names.wal_dir(root, names.EMBEDDED_WRITER))
+
+
+def test_a_quiet_partition_seals_once_segment_ms_has_passed(s3_uri: str, tmp_path: Path) -> None:
+    """Readers of the bucket (Spark, the jobs) see sealed segments only: a broker on object
+    storage rolls and seals a partition nobody writes to once segment.ms has passed."""
+    with BrokerProcess(s3_uri, extra=("--cache-dir", str(tmp_path / "cache"))) as broker:
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+        topic = NewTopic("quiet", 1, 1, config={"segment.ms": "1000"})
+        for f in admin.create_topics([topic]).values():
+            f.result(30)
+        assert len(_produce(broker.bootstrap, "quiet", 50, partitions=1)) == 50
+        fs, root = S3FileSystem.from_uri(s3_uri)
+        partition = names.partition_dir(root, "quiet", 0)
+        deadline = time.monotonic() + 30
+        while not [n for n in fs.listdir(partition) if n.endswith(".parquet")]:
+            assert time.monotonic() < deadline, "the quiet partition never sealed"
+            time.sleep(0.5)
