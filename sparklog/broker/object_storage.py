@@ -4,7 +4,8 @@ An object store cannot append, so such a broker keeps its active segments in a l
 cache directory (``storage.fs.tiered``) and makes appends durable by committing them in
 flush rounds to the bucket (``storage.tail``): an embedded broker by creating each round's
 object, a cluster broker through etcd (``cluster.tail``). ``open_tail`` builds both for
-the broker; the partition manager opens every log on the tiered filesystem with the tail.
+the broker, and ``attach`` has the partition manager open every log on the tiered
+filesystem with the tail.
 
 Cluster mode needs a store whose create-if-absent is atomic across machines (manifests,
 topic metadata and round objects are all committed by it): ``check_atomic_create`` refuses
@@ -18,15 +19,17 @@ import hashlib
 import logging
 import os
 import tempfile
+import time
 import uuid
 
 from sparklog.broker.config import BrokerConfig
+from sparklog.broker.partitions import PartitionManager
 from sparklog.cluster.etcd import EtcdSettings
 from sparklog.errors import ObjectStoreError
 from sparklog.storage import Storage
 from sparklog.storage.fs import FileSystem
 from sparklog.storage.fs.tiered import TieredFileSystem
-from sparklog.storage.tail import BrokerTail, TailStore
+from sparklog.storage.tail import BrokerTail, TailStore, gc
 from sparklog.storage.tail.embedded import EmbeddedTail
 
 log = logging.getLogger(__name__)
@@ -89,3 +92,27 @@ def open_tail(
         config.flush_bytes,
     )
     return fs, tail
+
+
+def attach(
+    manager: PartitionManager, config: BrokerConfig, etcd: EtcdSettings | None
+) -> BrokerTail:
+    """Open the tail and make ``manager`` open every log on the tiered filesystem with it."""
+    manager.log_fs, manager.tail = open_tail(config, manager.storage, etcd)
+    return manager.tail
+
+
+def collect_rounds(tail: BrokerTail, storage: Storage, config: BrokerConfig) -> list[str]:
+    """The controller's sweep of the cluster's round objects (``storage.tail.gc``): those
+    no committed chunk in etcd references, older than ``round_gc_delay_ms``."""
+    from sparklog.cluster.tail import EtcdTail
+
+    assert isinstance(tail.store, EtcdTail)
+    referenced = tail.store.referenced_objects()
+    return gc.collect_rounds(
+        storage.fs,
+        storage.root,
+        referenced,
+        now_ms=int(time.time() * 1000),
+        delay_ms=config.round_gc_delay_ms,
+    )

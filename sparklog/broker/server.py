@@ -181,10 +181,7 @@ class Broker:
             self.cluster_id = _cluster_id(self.storage)
             self.manager = PartitionManager(self.config, self.storage, cluster=clustered)
             if not self.storage.fs.supports_append:  # the log on object storage
-                self.manager.log_fs, self.tail = object_storage.open_tail(
-                    self.config, self.storage, self.etcd
-                )
-                self.manager.tail = self.tail
+                self.tail = object_storage.attach(self.manager, self.config, self.etcd)
             offsets = OffsetStore(self.manager)
             if clustered:
                 offsets.ensure_topic()  # its partitions load as this broker takes them over
@@ -421,6 +418,12 @@ class Broker:
             except Exception:
                 log.exception("cannot refresh users and ACLs; keeping the last ones read")
         self.manager.maintain(handles, collect_garbage=collect_garbage)
+        member, tail = self.member, self.tail
+        if collect_garbage and tail and member and member.role.is_controller:
+            try:  # one broker, the controller, sweeps the cluster's round objects
+                object_storage.collect_rounds(tail, self.storage, self.config)
+            except Exception:
+                log.exception("cannot collect round objects")
         if self._collector is not None:
             try:
                 self._collector.sample_lag()

@@ -9,7 +9,8 @@ epoch); an offset past it is OFFSET_NOT_AVAILABLE (retriable: the follower's vie
 moment behind), never OFFSET_OUT_OF_RANGE, which would make the client reset. A leader asked
 by a client in another rack (``client.rack``, Fetch v11+) names a live replica in the
 client's rack as its preferred read replica, and returns no records; only a replica that
-Metadata lists, so never on a single local copy (``sparklog.broker.replicas``). A client
+Metadata lists, so never on a single local copy (``sparklog.broker.replicas``), and never
+on object storage, where only the leader holds the unsealed tail. A client
 may still fetch from any broker (it reads the same storage). Followers poll storage
 for new records while a fetch waits (``FOLLOWER_POLL_S``).
 
@@ -59,9 +60,11 @@ def _preferred_replica(ctx: RequestContext, topic: str, partition: int, rack: st
     """KIP-392: a live replica in the client's rack, when this leader is not in it. Only
     a replica Metadata lists (``broker.replicas``): Kafka's Java consumer follows no other,
     and would come back here for ever. On a single local copy that is the leader alone,
-    so no other broker is named (every broker would read the same one copy anyway)."""
+    so no other broker is named (every broker would read the same one copy anyway). On
+    object storage neither: only the leader holds the tail (other brokers read the
+    bucket's sealed segments), so a follower would serve the client stale records."""
     cluster = ctx.cluster
-    if cluster is None or not rack or cluster.rack == rack:
+    if cluster is None or not rack or cluster.rack == rack or ctx.manager.tail is not None:
         return -1
     a = cluster.view.assignments.get((topic, partition))
     redundant = ctx.manager.storage.fs.redundant

@@ -43,11 +43,13 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from sparklog.errors import SparkLogError, TailUnavailableError
+from sparklog.storage import crashpoints
 from sparklog.storage.active import FILE_HEADER_SIZE, ActiveSegment
 from sparklog.storage.checkpoints import LogPosition
 from sparklog.storage.tail.objects import Chunk, TailEntry, encode
 
 log = logging.getLogger(__name__)
+crashpoints.register("tail.after_upload", "tail.after_commit")
 
 TopicPartition = tuple[str, int]
 
@@ -357,6 +359,7 @@ class RoundWriter:
                 r = self._inflight[0]
             try:
                 r.upload.result()
+                crashpoints.hit("tail.after_upload")  # an object nobody committed: gc's
                 began = time.perf_counter()
                 entries = r.entries
                 while entries:
@@ -365,6 +368,7 @@ class RoundWriter:
                         break
                     self._refuse(refused)
                     entries = [e for e in entries if (e.topic, e.partition) not in refused]
+                crashpoints.hit("tail.after_commit")  # committed, not yet acknowledged
                 self.stats.commit_seconds.append(time.perf_counter() - began)
                 del self.stats.commit_seconds[:-10000]
             except Exception as e:
