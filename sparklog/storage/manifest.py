@@ -298,8 +298,9 @@ class ManifestStore:
 
     def superseding(self, version: int, epoch: int) -> Manifest | None:
         """The latest manifest if it carries a leader epoch above ``epoch`` and came after
-        ``version``; None otherwise. One ``exists`` call when nothing came after."""
-        if not self.fs.exists(self.files.path(version + 1)):
+        ``version``; None otherwise. One ``exists`` call (a HEAD on an object store) when
+        nothing came after."""
+        if not self.files.exists(version + 1):
             return None
         latest = self.latest()
         return latest if latest is not None and latest.leader_epoch > epoch else None

@@ -134,8 +134,8 @@ class TopicStore:
     def defaults(self) -> dict[str, Any]:
         """The cluster-wide dynamic topic defaults (module docstring); {} when none."""
         files = self._defaults_files()
-        if not self.fs.exists(files.directory):
-            return {}
+        # no ``exists`` first: a missing directory lists empty, and on an object store
+        # ``latest`` probes without listing (``sparklog.storage.versioned``)
         found = files.latest()
         if found is None:
             return {}
@@ -160,7 +160,7 @@ class TopicStore:
                 raise InvalidConfigError(f"unknown topic config {key!r}")
         files = self._defaults_files()
         for _ in range(10):
-            found = files.latest() if self.fs.exists(files.directory) else None
+            found = files.latest()
             current = {} if replace or found is None else dict(json.loads(found[1])["configs"])
             for key in deletes:
                 current.pop(key, None)

@@ -75,18 +75,43 @@ def read_txn_index(fs: FileSystem, partition_path: str, active_segment: str) -> 
     its epoch's file before it serves; until then, the newest older epoch's file still
     tells the truth about every record it left (nothing new is decided meanwhile)."""
     name = names.txn_index_file(active_segment)
-    if name != names.TXN_INDEX_FILE and not fs.exists(fs.join(partition_path, name)):
-        older = sorted(
-            n
-            for n in fs.listdir(partition_path)
-            if names.txn_index_epoch(n) is not None and n < name
-        )
-        name = older[-1] if older else name
     path = fs.join(partition_path, name)
-    try:
+    try:  # read first, list only when the epoch's file is missing: one GET on an object store
         return TxnIndex.from_json(fs.read_bytes(path), path)
     except FileNotFoundError:
-        return NO_TRANSACTIONS
+        if name == names.TXN_INDEX_FILE:
+            return NO_TRANSACTIONS
+    key = (partition_path, name)
+    for listed in (False, True):
+        older = _older_index.get(key) if not listed else None
+        if older is None:
+            older = _newest_older(fs, partition_path, name)
+            if not fs.supports_append:
+                # an object store: remembered, so a reader does not list the partition on
+                # every read until the new leader writes its file (or forever, when no
+                # transaction touches the partition); no file of an older epoch appears
+                # once a newer epoch began
+                _older_index[key] = older
+        if not older:
+            return NO_TRANSACTIONS
+        path = fs.join(partition_path, older)
+        try:
+            return TxnIndex.from_json(fs.read_bytes(path), path)
+        except FileNotFoundError:
+            continue  # removed since it was listed: list again
+    return NO_TRANSACTIONS
+
+
+#: (partition, an epoch's missing file) -> the newest older epoch's file ("": none)
+_older_index: dict[tuple[str, str], str] = {}
+
+
+def _newest_older(fs: FileSystem, partition_path: str, name: str) -> str:
+    """The newest epoch's transaction index older than ``name`` ("" if none)."""
+    older = sorted(
+        n for n in fs.listdir(partition_path) if names.txn_index_epoch(n) is not None and n < name
+    )
+    return older[-1] if older else ""
 
 
 def has_index(fs: FileSystem, partition_path: str) -> bool:
