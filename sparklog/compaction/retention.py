@@ -4,8 +4,8 @@
 Retention reads no record and rewrites nothing: it is one manifest commit per partition, so
 it runs on the driver alone (the retention job starts no SparkSession). Per partition:
 
-1. read the active segment's size (``checkpoints.active_segment_bytes``, the high-watermark
-   position), for ``retention.bytes``;
+1. read the active segment's size (``reader.active_segment_bytes``, the high-watermark
+   position; 0 on an object store, which does not hold it), for ``retention.bytes``;
 2. commit ``transforms.DropSegments`` with the segments ``planner.plan_retention`` picks,
    planned on the latest version inside the commit, so a lost race (the broker rolled or
    sealed meanwhile, a compaction swapped segments) simply re-plans: retention never
@@ -29,8 +29,9 @@ from dataclasses import dataclass
 
 from sparklog.compaction import planner
 from sparklog.compaction.planner import RetentionPlan
-from sparklog.storage import Storage, checkpoints, crashpoints, jobruns, names, transforms
+from sparklog.storage import Storage, crashpoints, jobruns, names, transforms
 from sparklog.storage.manifest import Manifest, ManifestStore, SegmentInfo
+from sparklog.storage.reader import active_segment_bytes
 from sparklog.storage.topics import TopicMeta
 
 crashpoints.register("retention.after_commit")
@@ -84,7 +85,7 @@ def apply_partition(
     before = store.latest()
     if before is None:
         return RetentionOutcome(meta.name, partition, 0, 0, 0, 0, 0, note="no log on disk yet")
-    active_bytes = checkpoints.active_segment_bytes(storage.fs, path, before.active.name)
+    active_bytes = active_segment_bytes(storage.fs, path, before.active.name)
     plans: list[RetentionPlan] = []
 
     def choose(m: Manifest) -> tuple[SegmentInfo, ...]:

@@ -59,9 +59,10 @@ from pathlib import Path
 from sparklog.cli.exits import ExitCode
 from sparklog.compaction import planner
 from sparklog.compaction.retention import RetentionOutcome, apply_retention
-from sparklog.storage import Storage, checkpoints, names
+from sparklog.storage import Storage, names
 from sparklog.storage.config import TopicConfig
 from sparklog.storage.manifest import ManifestStore
+from sparklog.storage.reader import active_segment_bytes
 from sparklog.storage.txnindex import read_txn_index
 
 log = logging.getLogger("sparklog.scheduler")
@@ -118,7 +119,7 @@ def needs_work(storage: Storage, topic: str, job: str, *, now_ms: int) -> bool:
             ).worth_cleaning:
                 return True
             continue
-        active = checkpoints.active_segment_bytes(storage.fs, path, manifest.active.name)
+        active = active_segment_bytes(storage.fs, path, manifest.active.name)
         retention = planner.plan_retention(
             manifest, meta.config, now_ms=now_ms, active_bytes=active
         )

@@ -6,6 +6,14 @@ live active segment) and out-of-process readers' such as Spark executors (throug
 active segment, and reads again if the watermark points past that segment). Nothing at or past
 the high watermark is ever returned. Readers take no locks: the files a view names stay on
 disk for ``file.delete.delay.ms`` after a newer manifest drops them.
+
+A root on an object store (``supports_append`` false: ``reads_tail`` says no) holds the
+manifests, the sealed Parquet segments and the transaction index, but not a writer's
+``.arrow`` segments, their indexes or its high-watermark checkpoint: those stay in the
+writer's own cache directory. A ``PartitionReader`` there sees the log up to the end of
+the manifest's sealed prefix (``sealed_end``: the run of sealed segments from its start),
+which is then the view's high watermark; the rolled and active segments after it are not
+visible yet, and nothing is requested for them (no error either).
 """
 
 from __future__ import annotations
@@ -27,6 +35,32 @@ from sparklog.storage.sealed import SealedSegment
 from sparklog.storage.txnindex import NO_TRANSACTIONS, TxnIndex, read_txn_index, visible
 
 DEFAULT_MAX_BYTES = 1024 * 1024
+
+
+def reads_tail(fs: FileSystem) -> bool:
+    """Whether a reader of a root on ``fs`` sees the ``.arrow`` tail of a log (a disk:
+    yes; an object store: no, see the module docstring)."""
+    return fs.supports_append
+
+
+def active_segment_bytes(fs: FileSystem, partition_path: str, active_segment: str) -> int:
+    """The active segment's bytes as retention counts them (``retention.bytes``):
+    ``checkpoints.active_segment_bytes`` where readers see the tail; 0 on an object store,
+    where the segment is not in the bucket (nothing is requested for it)."""
+    if not reads_tail(fs):
+        return 0
+    return checkpoints.active_segment_bytes(fs, partition_path, active_segment)
+
+
+def sealed_end(manifest: Manifest) -> int:
+    """The end of the manifest's sealed prefix: the next offset after the run of sealed
+    segments from its start (its first segment's base offset if that one is not sealed)."""
+    end = manifest.segments[0].base_offset
+    for info in manifest.segments:
+        if not info.sealed or info.next_offset is None:
+            break
+        end = info.next_offset
+    return end
 
 
 class LogView:
@@ -153,6 +187,8 @@ class LogView:
         only ``columns`` (which must include ``offset``) if given."""
         self.check_offset(start_offset)
         end = self.high_watermark if end_offset is None else min(end_offset, self.high_watermark)
+        if start_offset >= end:
+            return
         for info in self.manifest.segments:
             if info.next_offset is not None and info.next_offset <= start_offset:
                 continue
@@ -211,6 +247,8 @@ class LogView:
                 self.high_watermark,
                 info.next_offset if info.next_offset is not None else self.high_watermark,
             )
+            if start >= end:
+                continue  # nothing of this segment is visible (an object store's tail)
             for batch in self._segment_batches(info, start, end):
                 ts = batch.column("timestamp").cast(pa.int64())
                 mask = pc.greater_equal(ts, timestamp_ms)
@@ -234,7 +272,10 @@ class PartitionReader:
     """Reads a partition from storage alone, in any process (Spark executors, tools).
 
     ``view()`` returns a consistent ``LogView`` of the latest committed state (an empty
-    log at offset 0 for a partition that no writer has opened yet).
+    log at offset 0 for a partition that no writer has opened yet); on an object store, of
+    its sealed prefix (module docstring). ``manifest_version``: a version known to exist
+    (the one a Spark task's driver planned on), where finding the latest starts
+    (``VersionedFiles.remember``).
     """
 
     def __init__(
@@ -245,6 +286,7 @@ class PartitionReader:
         partition: int,
         *,
         verify_checksums: bool = True,
+        manifest_version: int | None = None,
     ) -> None:
         self.fs = fs
         self.verify_checksums = verify_checksums
@@ -252,10 +294,14 @@ class PartitionReader:
         self.partition = partition
         self.path = names.partition_dir(root, topic, partition)
         self._store = ManifestStore(fs, self.path)
+        if manifest_version is not None:
+            self._store.files.remember(manifest_version)
         self._sealed: dict[str, SealedSegment] = {}
 
     def view(self, *, committed: bool = False) -> LogView:
         """See the class docstring; ``committed``: a ``read_committed`` view."""
+        if not reads_tail(self.fs):
+            return self._sealed_view(committed=committed)
         for _ in range(20):
             # the manifest first, then the high watermark of its active segment's epoch:
             # a roll in between moves the watermark past that segment (read again); a new
@@ -276,23 +322,47 @@ class PartitionReader:
                 hwm = LogPosition(manifest.active.base_offset, 0, manifest.active.base_offset)
             if hwm.segment > manifest.active.base_offset:
                 continue  # a newer manifest was committed between the two reads
-            live = manifest.names()
-            self._sealed = {k: v for k, v in self._sealed.items() if k in live}
             try:  # after the high watermark: see sparklog.storage.txnindex
                 txn = read_txn_index(self.fs, self.path, manifest.active.name)
             except CorruptMetadataError:
                 continue  # replaced atomically, so only a writer mid-write: read again
-            return LogView(
-                self.fs,
-                self.path,
-                manifest,
-                hwm,
-                sealed_cache=self._sealed,
-                label=f"{self.topic}-{self.partition}",
-                verify_checksums=self.verify_checksums,
-                txn=txn,
-                committed=committed,
-            )
+            return self._view(manifest, hwm, txn, committed)
         raise CorruptSegmentError(
             f"{self.topic}-{self.partition}: high watermark points past the latest manifest"
+        )
+
+    def _sealed_view(self, *, committed: bool) -> LogView:
+        """The view of the sealed prefix (an object store: see the module docstring): the
+        manifest, then the transaction index; no high-watermark checkpoint."""
+        for _ in range(20):
+            manifest = self._store.latest()
+            if manifest is None:
+                empty = SegmentInfo(names.segment_name(0, kind=names.ACTIVE_KIND), 0, None)
+                manifest = Manifest(0, 0, (empty,))
+            end = max(sealed_end(manifest), manifest.log_start_offset)
+            after = next((s for s in manifest.segments if s.base_offset >= end), manifest.active)
+            try:
+                txn = read_txn_index(self.fs, self.path, manifest.active.name)
+            except CorruptMetadataError:
+                continue  # replaced atomically, so only a writer mid-write: read again
+            return self._view(manifest, LogPosition(after.base_offset, 0, end), txn, committed)
+        raise CorruptMetadataError(
+            f"{self.topic}-{self.partition}: the transaction index kept being unreadable"
+        )
+
+    def _view(
+        self, manifest: Manifest, hwm: LogPosition, txn: TxnIndex, committed: bool
+    ) -> LogView:
+        live = manifest.names()
+        self._sealed = {k: v for k, v in self._sealed.items() if k in live}
+        return LogView(
+            self.fs,
+            self.path,
+            manifest,
+            hwm,
+            sealed_cache=self._sealed,
+            label=f"{self.topic}-{self.partition}",
+            verify_checksums=self.verify_checksums,
+            txn=txn,
+            committed=committed,
         )

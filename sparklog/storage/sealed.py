@@ -11,10 +11,14 @@ Indexes (see ``sparklog.storage.index``): offset index ``(first offset of row gr
 row-group number)``, one entry per row group; time index ``(max timestamp of the rows before
 row group i, first offset of row group i)``. They duplicate the footer's statistics in a
 few bytes that need no Parquet decoding. An index that disagrees with the footer is
-rebuilt from it (``SealedSegment.open``).
+rebuilt from it (``SealedSegment.open``). On an object store (``separate_indexes`` false)
+the index files are neither written nor read: a reader has to fetch the footer anyway, and
+two more objects per segment would cost two PUTs to write and two GETs to open; the
+indexes are built from the footer there.
 
 Writing (``write_sealed``): the file and its indexes are written under names that no
-manifest names yet, fsynced, and the directory fsynced. Making the segment live is the
+manifest names yet, fsynced, and the directory fsynced (on an object store: one PUT of the
+file, a multipart upload past 10 MiB). Making the segment live is the
 caller's manifest commit; until then the file is an orphan that garbage collection removes.
 ``seal_rolled`` writes the sealed form of a rolled active segment and returns the manifest
 entry that replaces it (the log commits it as ``transforms.Seal``).
@@ -38,12 +42,21 @@ from sparklog.errors import CorruptSegmentError
 from sparklog.storage import names
 from sparklog.storage.active import decode_frame, scan
 from sparklog.storage.fs import FileSystem
+from sparklog.storage.fs.tiered import TieredFileSystem
 from sparklog.storage.index import OffsetIndex, TimeIndex
 from sparklog.storage.manifest import SegmentInfo
 from sparklog.storage.records import RECORD_SCHEMA, with_attributes
 
 ROW_GROUP_ROWS = 128 * 1024
 _NO_TIMESTAMP = -(2**63)
+
+
+def separate_indexes(fs: FileSystem) -> bool:
+    """Whether sealed segments on ``fs`` have ``.index``/``.timeindex`` files beside them
+    (a disk: yes; an object store, ``supports_append`` false: no; module docstring). A
+    broker's tiered filesystem puts sealed files in its object store: no there either."""
+    target = fs.remote if isinstance(fs, TieredFileSystem) else fs
+    return target.supports_append
 
 
 @dataclass(frozen=True)
@@ -209,18 +222,20 @@ class SealedWriter:
     def close(self) -> SealedStats:
         self._flush()
         self._writer.close()
+        size = self._out.tell()  # what was written: no request to ask an object store
         self._out.close()
         self.fs.sync_file(self.path)
-        seg = SealedSegment(self.fs, self.directory, self.name)
-        try:
-            seg.write_indexes()
-        finally:
-            seg.close()
+        if separate_indexes(self.fs):
+            seg = SealedSegment(self.fs, self.directory, self.name)
+            try:
+                seg.write_indexes()
+            finally:
+                seg.close()
         self.fs.sync_dir(self.directory)
         return SealedStats(
             self.name,
             self.records,
-            self.fs.size(self.path),
+            size,
             _NO_TIMESTAMP if self._min_ts is None else int(self._min_ts),
             _NO_TIMESTAMP if self._max_ts is None else int(self._max_ts),
             self._first,
@@ -262,6 +277,9 @@ class SealedSegment:
     def _indexes(self) -> tuple[OffsetIndex, TimeIndex]:
         if self._oidx is None or self._tidx is None:
             expected_o, expected_t = indexes_from_metadata(self.metadata)
+            if not separate_indexes(self.fs):
+                self._oidx, self._tidx = expected_o, expected_t
+                return expected_o, expected_t
             oidx = OffsetIndex.load(self.fs, self._oidx_path)
             tidx = TimeIndex.load(self.fs, self._tidx_path)
             if oidx != expected_o or tidx != expected_t:
@@ -270,6 +288,9 @@ class SealedSegment:
         return self._oidx, self._tidx
 
     def indexes_on_disk_valid(self) -> bool:
+        """Whether the index files match the footer (true where there are none)."""
+        if not separate_indexes(self.fs):
+            return True
         expected = indexes_from_metadata(self.metadata)
         return (
             OffsetIndex.load(self.fs, self._oidx_path) == expected[0]
@@ -277,8 +298,11 @@ class SealedSegment:
         )
 
     def write_indexes(self) -> None:
-        """(Re)write both index files from the footer, synced."""
+        """(Re)write both index files from the footer, synced (none on an object store)."""
         oidx, tidx = indexes_from_metadata(self.metadata)
+        if not separate_indexes(self.fs):
+            self._oidx, self._tidx = oidx, tidx
+            return
         for path, idx in ((self._oidx_path, oidx), (self._tidx_path, tidx)):
             self.fs.delete(path)
             self.fs.write_new(path, idx.to_bytes())

@@ -8,7 +8,8 @@ a crash there):
      offset (retention's to drop)           [seal.before_write: nothing written; the seal
                                              is redone on open]
   1. write ``A.parquet`` + indexes, fsynced         [seal.after_write: orphan, deleted on open,
-                                                     then the seal is redone]
+     (on an object store: ``A.parquet`` alone,        then the seal is redone]
+     one PUT; ``sealed.separate_indexes``)
   2. commit ``Seal``: A.arrow replaced by A.parquet [seal.after_commit: A.arrow is garbage,
                                                      deleted after file.delete.delay.ms]
      If retention dropped A between 0 and 2, the commit is refused (``Seal`` replaces only a
@@ -34,7 +35,7 @@ from typing import TYPE_CHECKING
 from sparklog.errors import SegmentNotLiveError
 from sparklog.storage import crashpoints, names, transforms
 from sparklog.storage.manifest import Manifest, SegmentInfo
-from sparklog.storage.sealed import background_sealer, seal_rolled
+from sparklog.storage.sealed import background_sealer, seal_rolled, separate_indexes
 
 if TYPE_CHECKING:
     from sparklog.storage.fs import FileSystem
@@ -153,7 +154,8 @@ class Sealer:
             self._commit(transforms.Seal(info.name, sealed))
         except SegmentNotLiveError:
             crashpoints.hit("seal.refused")
-            for n in names.segment_files(sealed.name):
+            written = names.segment_files(sealed.name)
+            for n in written if separate_indexes(self._fs) else written[:1]:
                 self._fs.delete(self._fs.join(self._path, n))
             self._latest()
             log.info(
