@@ -6,7 +6,11 @@ One ``ReadPlanner`` per reader does what both kinds of read need, once per plan:
   resolved against the topics in storage;
 - ``snapshot``: one consistent view of every subscribed partition (manifest and high
   watermark, read together): its bounds ``[log start, high watermark)`` and, for time
-  lookups, its time index. A batch plan and a micro-batch each read it once;
+  lookups, its time index. A batch plan and a micro-batch each read it once. The root
+  is opened and checked once per planner (in the process that plans), and each task
+  carries the manifest version its range was planned on, where the executor's search for
+  the latest starts: on an object store neither a micro-batch's planning nor a task lists
+  a directory (``sparklog.storage.versioned``);
 - ``offset`` / ``start_by_timestamp``: a ``startingOffsets``/``endingOffsets`` spec, or a
   starting time, resolved for one partition (Spark's Kafka source's rules);
 - ``checked_start``: the ``failOnDataLoss`` rule for offsets below the log start;
@@ -131,9 +135,23 @@ class ReadPlanner:
         self.check_crcs = check_crcs
         self.read_committed = read_committed
         self.topic_ids: dict[str, str] = {}
+        #: the manifest version each partition's last snapshot read (for the tasks)
+        self.manifest_versions: dict[TopicPartition, int] = {}
+        self._storage: Storage | None = None  # opened once; never pickled
         #: data loss seen so far with failOnDataLoss=false: times, and offsets known skipped
         self.data_loss_events = 0
         self.offsets_skipped = 0
+
+    def __getstate__(self) -> dict[str, object]:
+        state = dict(self.__dict__)
+        state["_storage"] = None  # a client of the store: each process opens its own
+        return state
+
+    def storage(self) -> Storage:
+        """The storage root, opened and checked (``NoStorageError`` naming it) once."""
+        if self._storage is None:
+            self._storage = Storage(self.path).require()
+        return self._storage
 
     @classmethod
     def of(cls, o: BatchOptions | StreamOptions) -> ReadPlanner:
@@ -186,13 +204,15 @@ class ReadPlanner:
     def snapshot(self, *, strict: bool = True) -> dict[TopicPartition, LogView]:
         """A view of every subscribed partition, each read once (see the module docstring);
         the storage root must hold sparklog storage (``NoStorageError`` naming it)."""
-        storage = Storage(self.path).require()
-        return {
+        storage = self.storage()
+        views = {
             (t, p): PartitionReader(storage.fs, storage.root, t, p).view(
                 committed=self.read_committed
             )
             for t, p in self.topic_partitions(storage, strict=strict)
         }
+        self.manifest_versions = {tp: v.manifest.version for tp, v in views.items()}
+        return views
 
     def check_offsets(
         self, name: str, spec: OffsetSpec, views: Mapping[TopicPartition, LogView]
@@ -309,7 +329,15 @@ class ReadPlanner:
         step = self.max_records_per_partition
         flags = (self.include_headers, self.fail_on_data_loss, self.check_crcs, self.read_committed)
         return [
-            OffsetRange(self.path, t, p, lo, min(lo + step, end), *flags)
+            OffsetRange(
+                self.path,
+                t,
+                p,
+                lo,
+                min(lo + step, end),
+                *flags,
+                manifest_version=self.manifest_versions.get((t, p)),
+            )
             for (t, p), (start, end) in sorted(spans.items())
             for lo in range(start, end, step)
         ]

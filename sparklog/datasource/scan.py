@@ -25,6 +25,7 @@ offset and drops the records of aborted transactions (``LogView.visible``).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -77,6 +78,8 @@ class OffsetRange(InputPartition):
     committed: bool = True
     #: typed keys and values (None: binary, as stored)
     decoding: Decoding | None = None
+    #: the manifest version the range was planned on (where finding the latest starts)
+    manifest_version: int | None = None
 
 
 def decoding_for(schemas: SchemaOptions | None, path: str) -> Decoding | None:
@@ -135,15 +138,23 @@ def read_partition(partition: InputPartition) -> Iterator[pa.RecordBatch]:
     return read_range(partition)
 
 
+@functools.lru_cache(maxsize=16)
+def _storage(path: str) -> Storage:
+    """The storage root ``path``, opened once per worker process: a root on an object store
+    keeps its client (and its connections) from one task to the next."""
+    return Storage(path)
+
+
 def read_range(partition: OffsetRange) -> Iterator[pa.RecordBatch]:
     """The records of one offset range, in the Kafka source's columns."""
-    storage = Storage(partition.path)
+    storage = _storage(partition.path)
     view = PartitionReader(
         storage.fs,
         storage.root,
         partition.topic,
         partition.partition,
         verify_checksums=partition.check_crcs,
+        manifest_version=partition.manifest_version,
     ).view(committed=partition.committed)
     start = partition.start
     if start < view.log_start_offset:

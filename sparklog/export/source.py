@@ -8,7 +8,10 @@ Parquet reader (``spark.read.parquet`` over the segment files the manifest names
 to the range); the rest (rolled and active ``.arrow`` segments) goes through
 ``format("sparklog")``. The files a plan names stay on disk for ``file.delete.delay.ms``
 after a compaction or retention swaps them out, so an export shorter than that reads a
-consistent version.
+consistent version. On a root on S3 (``s3://``) Spark reads the files through its S3A
+connector (``s3a://`` paths; hadoop-aws on its classpath, its ``fs.s3a.*`` settings); a
+session without it reads them through ``format("sparklog")`` instead, as ``--reader
+python`` does.
 
 Transactions: an export reads committed data only (ranges end at the last stable offset);
 on the Parquet path the SQL filter drops control records and the aborted transactions'
@@ -39,6 +42,8 @@ if TYPE_CHECKING:
     from pyspark.sql.types import StructType
 
 KAFKA_COLUMNS = ["key", "value", "topic", "partition", "offset", "timestamp", "timestampType"]
+#: the class of Spark's S3 connector (hadoop-aws), which reads ``s3a://`` paths
+S3A_CLASS = "org.apache.hadoop.fs.s3a.S3AFileSystem"
 #: the column ``--upsert`` adds before decoding: whether the record is a tombstone
 DELETED = "__sparklog_deleted"
 
@@ -90,7 +95,7 @@ def plan(opts: ExportOptions) -> list[PartitionRange]:
             if not info.sealed or sealed_end >= end:
                 break  # the sealed prefix of the range ends here
             assert info.next_offset is not None
-            files.append(view.fs.join(view.path, info.name))
+            files.append(_spark_path(opts.data_dir, view.fs.join(view.path, info.name)))
             sealed_end = min(info.next_offset, end)
         aborted = tuple(
             (a.producer_id, a.first_offset, a.last_offset)
@@ -105,6 +110,21 @@ def plan(opts: ExportOptions) -> list[PartitionRange]:
             )
         )
     return out
+
+
+def _spark_path(data_dir: str, path: str) -> str:
+    """The path Spark's own readers take for ``path`` of the root ``data_dir``: the path
+    itself, or ``s3a://<bucket>/<key>`` on S3 (the backend's paths are ``<bucket>/<key>``)."""
+    return f"s3a://{path}" if data_dir.startswith("s3://") else path
+
+
+def _native_reads(spark: SparkSession, data_dir: str) -> bool:
+    """Whether Spark's Parquet reader can read the root's files (module docstring)."""
+    if not data_dir.startswith("s3://"):
+        return True
+    from sparklog.jars import has_jvm_class
+
+    return has_jvm_class(spark, S3A_CLASS)
 
 
 def _native(spark: SparkSession, r: PartitionRange, headers: bool, schema: StructType) -> DataFrame:
@@ -136,10 +156,11 @@ def read(spark: SparkSession, opts: ExportOptions, ranges: list[PartitionRange])
     parts: list[DataFrame] = []
     tail: dict[int, tuple[int, int]] = {}
     schema = None  # every sealed segment has the same schema: infer it from one file, once
+    native = opts.reader == "native" and _native_reads(spark, opts.data_dir)
     for r in ranges:
         if r.count <= 0:
             continue
-        if opts.reader == "native" and r.files:
+        if native and r.files:
             if schema is None or "attributes" not in schema.fieldNames():
                 schema = spark.read.parquet(r.files[-1]).schema
             if r.transactional and "attributes" not in schema.fieldNames():
