@@ -23,7 +23,9 @@ Failures:
   still be committed later: their producer retries, and an idempotent one is deduplicated);
 - a commit that finds a partition fenced (another leader's epoch) fails that partition's
   waiters with the committer's error and stops taking its bytes; the round is committed
-  again without it.
+  again without it;
+- a committer that finds another writer of its rounds (``ForeignWriterError``: two
+  embedded brokers on one root) fails every partition with it.
 Dropped and fenced rounds leave uploaded objects nobody committed: ``collect_rounds``
 removes them after a delay.
 
@@ -42,7 +44,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from sparklog.errors import SparkLogError, TailUnavailableError
+from sparklog.errors import ForeignWriterError, SparkLogError, TailUnavailableError
 from sparklog.storage import crashpoints
 from sparklog.storage.active import FILE_HEADER_SIZE, ActiveSegment
 from sparklog.storage.checkpoints import LogPosition
@@ -371,6 +373,14 @@ class RoundWriter:
                 crashpoints.hit("tail.after_commit")  # committed, not yet acknowledged
                 self.stats.commit_seconds.append(time.perf_counter() - began)
                 del self.stats.commit_seconds[:-10000]
+            except ForeignWriterError as e:  # another writer's round: nothing more commits
+                log.error("%s", e)
+                with self._cond:
+                    every = list(self._tails.values())
+                    self._inflight.clear()
+                for each in every:
+                    each.fail(e)
+                continue
             except Exception as e:
                 log.warning("tail round %d not committed: %s", r.seq, e)
                 with self._cond:
@@ -386,9 +396,9 @@ class RoundWriter:
                 tails = dict(self._tails)
                 self._cond.notify_all()
             for entry in r.entries:
-                tail = tails.get((entry.topic, entry.partition))
-                if tail is not None and tail.epoch == entry.epoch:
-                    tail.advanced(entry)
+                owner = tails.get((entry.topic, entry.partition))
+                if owner is not None and owner.epoch == entry.epoch:
+                    owner.advanced(entry)
 
     def _refuse(self, refused: dict[TopicPartition, SparkLogError]) -> None:
         for key, error in refused.items():
