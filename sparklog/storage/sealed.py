@@ -42,21 +42,19 @@ from sparklog.errors import CorruptSegmentError
 from sparklog.storage import names
 from sparklog.storage.active import decode_frame, scan
 from sparklog.storage.fs import FileSystem
-from sparklog.storage.fs.tiered import TieredFileSystem
 from sparklog.storage.index import OffsetIndex, TimeIndex
 from sparklog.storage.manifest import SegmentInfo
 from sparklog.storage.records import RECORD_SCHEMA, with_attributes
+from sparklog.storage.versioned import on_object_store
 
 ROW_GROUP_ROWS = 128 * 1024
 _NO_TIMESTAMP = -(2**63)
 
 
 def separate_indexes(fs: FileSystem) -> bool:
-    """Whether sealed segments on ``fs`` have ``.index``/``.timeindex`` files beside them
-    (a disk: yes; an object store, ``supports_append`` false: no; module docstring). A
-    broker's tiered filesystem puts sealed files in its object store: no there either."""
-    target = fs.remote if isinstance(fs, TieredFileSystem) else fs
-    return target.supports_append
+    """Whether sealed segments on ``fs`` have ``.index``/``.timeindex`` files beside them:
+    not on an object store (``versioned.on_object_store``; module docstring)."""
+    return not on_object_store(fs)
 
 
 @dataclass(frozen=True)

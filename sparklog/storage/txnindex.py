@@ -31,6 +31,7 @@ from sparklog.storage import names
 from sparklog.storage.control import CONTROL, any_transactional
 from sparklog.storage.fs import FileSystem
 from sparklog.storage.producers import AbortedTxn
+from sparklog.storage.versioned import on_object_store
 
 
 @dataclass(frozen=True)
@@ -86,7 +87,7 @@ def read_txn_index(fs: FileSystem, partition_path: str, active_segment: str) -> 
         older = _older_index.get(key) if not listed else None
         if older is None:
             older = _newest_older(fs, partition_path, name)
-            if not fs.supports_append:
+            if on_object_store(fs):
                 # an object store: remembered, so a reader does not list the partition on
                 # every read until the new leader writes its file (or forever, when no
                 # transaction touches the partition); no file of an older epoch appears

@@ -13,7 +13,8 @@ retried. How it is found depends on the filesystem:
 
 - On a filesystem with appends (a local disk) the directory is listed and its highest
   version read, every time: a listing is one cheap system call.
-- On an object store (``supports_append`` is false) a LIST is the dearest request, and the
+- On an object store (``on_object_store``: a backend that cannot append, or a broker's
+  tiered filesystem over one) a LIST is the dearest request, and the
   hot paths (a stream's micro-batch planning, a follower's fetch) read the same directories
   again and again. So the newest version seen is remembered, in this process, per directory
   (``remember`` adds what another process saw: the version a Spark task's driver planned
@@ -40,6 +41,16 @@ import time
 from sparklog.errors import CorruptMetadataError
 from sparklog.storage import names
 from sparklog.storage.fs import FileSystem
+from sparklog.storage.fs.tiered import TieredFileSystem
+
+
+def on_object_store(fs: FileSystem) -> bool:
+    """Whether the files storage writes whole (versions, sealed segments) are objects in
+    an object store on ``fs``: a backend that cannot append (``supports_append`` false), or
+    a broker's tiered filesystem, which keeps only its cache files on a disk."""
+    target = fs.remote if isinstance(fs, TieredFileSystem) else fs
+    return not target.supports_append
+
 
 #: versions found one after another in one probe before the directory is listed instead
 MAX_PROBES = 8
@@ -85,7 +96,7 @@ class VersionedFiles:
         self.fs = fs
         self.directory = directory
         #: probe forward from a remembered version instead of listing (object stores)
-        self.probing = not fs.supports_append
+        self.probing = on_object_store(fs)
 
     def versions(self) -> list[int]:
         out = [names.parse_version_name(n) for n in self.fs.listdir(self.directory)]
