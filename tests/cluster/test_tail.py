@@ -1,0 +1,74 @@
+"""A cluster broker's tail commits in a real etcd (``sparklog.cluster.tail``): a claim at a
+newer epoch fences every older one (its commits and drops are refused), a claim reads
+exactly what was committed, a round over more partitions than one transaction allows
+commits in several, and drops delete only sealed chunks."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from sparklog.cluster.tail import EtcdTail
+from sparklog.errors import LeaseLostError, NotLeaderError
+from sparklog.storage.fs.local import LocalFileSystem
+from sparklog.storage.tail.objects import TailEntry
+from sparklog_testkit.processes import EtcdCluster
+
+
+@pytest.fixture
+def tails(etcd: EtcdCluster, tmp_path: Path) -> Iterator[tuple[EtcdTail, EtcdTail]]:
+    fs = LocalFileSystem()
+    a = EtcdTail(etcd.endpoints, "default", 1, fs, str(tmp_path))
+    b = EtcdTail(etcd.endpoints, "default", 2, fs, str(tmp_path))
+    yield a, b
+    a.close()
+    b.close()
+
+
+def _entry(partition: int, epoch: int, next_offset: int, obj: str = "wal/n1/x.wal") -> TailEntry:
+    start = 16 + 100 * (next_offset - 10)
+    return TailEntry("t", partition, epoch, "s.arrow", start, start + 1000, next_offset - 10,
+                     next_offset, obj, 0)  # fmt: skip
+
+
+def test_a_newer_claim_fences_the_old_leaders_commits(tails: tuple[EtcdTail, EtcdTail]) -> None:
+    old, new = tails
+    assert old.claim("t", 0, 3) == []
+    first = _entry(0, 3, 10)
+    assert old.commit(1, [first]) == {}
+    assert new.claim("t", 0, 4) == [first]  # exactly what was committed
+    refused = old.commit(2, [_entry(0, 3, 20)])
+    assert isinstance(refused[("t", 0)], NotLeaderError)
+    assert not old.drop("t", 0, 3, 100)
+    assert new.claim("t", 0, 4) == [first]  # nothing of the zombie landed
+
+
+def test_an_older_claim_after_a_newer_one_is_refused(tails: tuple[EtcdTail, EtcdTail]) -> None:
+    old, new = tails
+    new.claim("t", 0, 5)
+    with pytest.raises(LeaseLostError):
+        old.claim("t", 0, 4)
+
+
+def test_a_round_over_many_partitions_commits_in_several_transactions(
+    tails: tuple[EtcdTail, EtcdTail],
+) -> None:
+    leader, _ = tails
+    for p in range(300):
+        leader.claim("t", p, 1)
+    before = leader.transactions
+    assert leader.commit(1, [_entry(p, 1, 10) for p in range(300)]) == {}
+    assert leader.transactions - before >= 3
+    assert all(leader.claim("t", p, 1) == [_entry(p, 1, 10)] for p in (0, 150, 299))
+
+
+def test_a_drop_deletes_the_sealed_chunks_only(tails: tuple[EtcdTail, EtcdTail]) -> None:
+    leader, _ = tails
+    leader.claim("t", 0, 1)
+    chunks = [_entry(0, 1, n, f"wal/n1/{n}.wal") for n in (10, 20, 30)]
+    leader.commit(1, chunks)
+    assert leader.referenced_objects() >= {c.object for c in chunks}
+    assert leader.drop("t", 0, 1, 20)
+    assert leader.claim("t", 0, 1) == [chunks[2]]
