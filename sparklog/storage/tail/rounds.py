@@ -312,29 +312,37 @@ class RoundWriter:
                     return
                 self._pending = 0
                 last = time.monotonic()
-                try:
-                    self._cut_locked()
-                except Exception as e:  # a round that cannot even be built: logged, retried
-                    log.exception("cutting a tail round failed")
+                generation = self._generation
+                tails = list(self._tails.values())
+            try:  # outside the lock: appends go on poking while the bytes are copied
+                self._cut(generation, tails)
+            except Exception as e:  # a round that cannot even be built: logged, cut again
+                log.exception("cutting a tail round failed")
+                with self._cond:
                     self._fail_locked(f"cutting a round: {e}")
 
-    def _cut_locked(self) -> None:
+    def _cut(self, generation: int, tails: list[PartitionTail]) -> None:
         seq = self.committer.next_seq()
         object_path = self.committer.object_path(seq)
-        chunks = []
-        for tail in list(self._tails.values()):
-            c = tail.take(object_path)
-            if c is not None:
-                chunks.append(c)
+        chunks = [c for c in (tail.take(object_path) for tail in tails) if c is not None]
         if not chunks:
             return
         data, entries = encode(self.writer, seq, int(self._clock() * 1000), chunks)
-        fut = self._uploads.submit(self.committer.upload, seq, data)
-        self._inflight.append(_Inflight(seq, self._generation, entries, fut))
-        self.stats.rounds += 1
-        self.stats.bytes += len(data)
-        self.stats.chunks += len(chunks)
-        self._cond.notify_all()
+        with self._cond:
+            if generation != self._generation:
+                # rounds were dropped while this one was cut: its bytes were taken after
+                # the partitions rewound, so they rewind again (no round of the new
+                # generation exists yet: only this thread cuts)
+                for tail in self._tails.values():
+                    tail.rewind()
+                self._pending += 1
+                return
+            fut = self._uploads.submit(self.committer.upload, seq, data)
+            self._inflight.append(_Inflight(seq, generation, entries, fut))
+            self.stats.rounds += 1
+            self.stats.bytes += len(data)
+            self.stats.chunks += len(chunks)
+            self._cond.notify_all()
 
     def _fail_locked(self, why: str) -> None:
         """Drop every round in flight; partitions take their bytes again from what is
