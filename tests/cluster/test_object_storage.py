@@ -6,9 +6,7 @@ it was acknowledged with (lost, duplicated, misplaced, reordered: all 0)."""
 
 from __future__ import annotations
 
-import shutil
 import time
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,7 +17,7 @@ from sparklog.demo.workload import Workload
 from sparklog_testkit.processes import BrokerCluster, EtcdCluster
 
 from ..support.s3 import SeaweedS3
-from .helpers import create_topic, leaders
+from .helpers import broker_logs, leaders, lose_machine, s3_cluster_with_topic
 
 TOPIC = "events"
 PARTITIONS = 4
@@ -27,23 +25,11 @@ TTL_MS = 2000
 
 
 @pytest.fixture
-def s3_cluster(
-    etcd: EtcdCluster, s3_server: SeaweedS3, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> Iterator[BrokerCluster]:
-    for k, v in s3_server.env().items():
-        monkeypatch.setenv(k, v)  # the brokers inherit them
-    root = f"s3://{s3_server.bucket}/{uuid.uuid4().hex}"
-    c = BrokerCluster(root, etcd.endpoints, 3, lease_ttl_ms=TTL_MS)
-    for i, b in c.brokers.items():
-        b.extra = (*b.extra, "--cache-dir", str(tmp_path / f"cache{i}"), "--flush-ms", "25")
-    with c:
-        create_topic(c.bootstrap, TOPIC, PARTITIONS)
+def s3_cluster(etcd: EtcdCluster, s3_server: SeaweedS3, tmp_path: Path) -> Iterator[BrokerCluster]:
+    with s3_cluster_with_topic(
+        etcd, s3_server, tmp_path, TOPIC, PARTITIONS, lease_ttl_ms=TTL_MS
+    ) as c:
         yield c
-
-
-def cache_dir(c: BrokerCluster, i: int) -> str:
-    extra = c.brokers[i].extra
-    return extra[extra.index("--cache-dir") + 1]
 
 
 def run_with_faults(cluster: BrokerCluster, fault: object, tmp_path: Path) -> None:
@@ -60,8 +46,7 @@ def run_with_faults(cluster: BrokerCluster, fault: object, tmp_path: Path) -> No
         assert report.valid, report.summary()
     finally:
         work.stop()
-        logs = "\n".join(f"[{i}] {ln}" for i, b in cluster.brokers.items() for ln in b.lines)
-        (tmp_path / "brokers.log").write_text(logs)
+        broker_logs(cluster, tmp_path / "brokers.log")
 
 
 def test_a_leader_killed_with_its_cache_deleted_loses_nothing(
@@ -70,8 +55,7 @@ def test_a_leader_killed_with_its_cache_deleted_loses_nothing(
     def fault(work: Workload) -> None:
         for _ in range(2):
             victim = leaders(s3_cluster.bootstrap, TOPIC, PARTITIONS)[0]
-            s3_cluster.brokers[victim].kill()
-            shutil.rmtree(cache_dir(s3_cluster, victim))  # the machine is gone
+            lose_machine(s3_cluster, victim)
             t0 = time.monotonic()
             leaders(s3_cluster.bootstrap, TOPIC, PARTITIONS, avoid=victim)
             while work.acked_since(t0, 0) is None:
