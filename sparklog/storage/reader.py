@@ -7,7 +7,7 @@ active segment, and reads again if the watermark points past that segment). Noth
 the high watermark is ever returned. Readers take no locks: the files a view names stay on
 disk for ``file.delete.delay.ms`` after a newer manifest drops them.
 
-A root on an object store (``supports_append`` false: ``reads_tail`` says no) holds the
+A root on an object store (``versioned.on_object_store``; ``reads_tail`` says no) holds the
 manifests, the sealed Parquet segments and the transaction index, but not a writer's
 ``.arrow`` segments, their indexes or its high-watermark checkpoint: those stay in the
 writer's own cache directory. A ``PartitionReader`` there sees the log up to the end of
@@ -33,6 +33,7 @@ from sparklog.storage.index import OffsetIndex, TimeIndex
 from sparklog.storage.manifest import Manifest, ManifestStore, SegmentInfo
 from sparklog.storage.sealed import SealedSegment
 from sparklog.storage.txnindex import NO_TRANSACTIONS, TxnIndex, read_txn_index, visible
+from sparklog.storage.versioned import on_object_store
 
 DEFAULT_MAX_BYTES = 1024 * 1024
 
@@ -40,7 +41,7 @@ DEFAULT_MAX_BYTES = 1024 * 1024
 def reads_tail(fs: FileSystem) -> bool:
     """Whether a reader of a root on ``fs`` sees the ``.arrow`` tail of a log (a disk:
     yes; an object store: no, see the module docstring)."""
-    return fs.supports_append
+    return not on_object_store(fs)
 
 
 def active_segment_bytes(fs: FileSystem, partition_path: str, active_segment: str) -> int:
