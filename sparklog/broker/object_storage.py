@@ -9,8 +9,8 @@ filesystem with the tail.
 
 Cluster mode needs a store whose create-if-absent is atomic across machines (manifests,
 topic metadata and round objects are all committed by it): ``check_atomic_create`` refuses
-a backend that says it has none, and probes the store itself (a second create of one key
-must fail), so a store that ignores S3's ``If-None-Match`` is refused at start.
+a backend that says it has none, and probes an object store itself (a second create of one
+key must fail), so a store that ignores S3's ``If-None-Match`` is refused at start.
 """
 
 from __future__ import annotations
@@ -51,6 +51,8 @@ def check_atomic_create(fs: FileSystem, root: str, uri: str) -> None:
             f"{uri}: cluster mode needs a store with an atomic create-if-absent; this "
             f"backend ({type(fs).__name__}) checks then writes, which two brokers can race"
         )
+    if fs.supports_append:
+        return  # a disk: O_EXCL, atomic by the OS
     probe = fs.join(root, PROBE_DIR, uuid.uuid4().hex)
     try:
         first = fs.create_exclusive(probe, b"1")

@@ -5,7 +5,9 @@ for lost, duplicated and misplaced records."""
 
 from __future__ import annotations
 
+import contextlib
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,6 +21,7 @@ from sparklog.storage.reader import PartitionReader
 from sparklog_testkit.processes import BrokerProcess, EtcdCluster
 from sparklog_testkit.proxy import TcpProxy
 
+from ..support.s3 import SeaweedS3
 from .helpers import leaders
 
 TOPIC = "events"
@@ -30,11 +33,17 @@ class Brokers:
     """Three cluster-mode brokers over one directory; each reaches etcd through
     ``endpoints[i]`` (a proxy for the one the test cuts off)."""
 
-    def __init__(self, shared: str, endpoints: dict[int, str]) -> None:
+    def __init__(self, shared: str, endpoints: dict[int, str], caches: Path | None = None) -> None:
+        """``caches``: on object storage (``shared`` an ``s3://`` root), the directory of
+        each broker's own cache directory."""
         self.shared = shared
         flags = ("--lease-ttl-ms", str(TTL_MS))
+
+        def cache(i: int) -> tuple[str, ...]:
+            return () if caches is None else ("--cache-dir", str(caches / f"cache{i}"))
+
         self.brokers = {
-            i: BrokerProcess(shared, extra=("--node-id", str(i), "--etcd", ep, *flags))
+            i: BrokerProcess(shared, extra=("--node-id", str(i), "--etcd", ep, *flags, *cache(i)))
             for i, ep in endpoints.items()
         }
 
@@ -71,20 +80,20 @@ def checked(work: Workload, brokers: Brokers, tmp_path: Path) -> None:
     assert report.valid, report.summary()
 
 
-@pytest.fixture
-def proxied(etcd: EtcdCluster, tmp_path: Path) -> Iterator[tuple[Brokers, int, TcpProxy]]:
-    """Three brokers; broker 1 reaches etcd through a proxy from its start (only its
-    traffic: a proxy per broker put every broker's etcd calls through the test process's
-    threads), and leads some partition of the topic before the test.
+@contextlib.contextmanager
+def _one_cut_off(
+    etcd: EtcdCluster, tmp_path: Path, root: str, caches: Path | None = None
+) -> Iterator[tuple[Brokers, int, TcpProxy]]:
+    """Three brokers over ``root``; broker 1 reaches etcd through a proxy from its start
+    (only its traffic: a proxy per broker put every broker's etcd calls through the test
+    process's threads), and leads some partition of the topic before the test.
 
     Broker 1 is never restarted: a broker that comes back takes its own preferred
     partitions first, in (topic, partition) order, and stops once the load is even, so a
     returning broker may take back only ``_schemas`` and none of the topic's."""
     proxy = TcpProxy(etcd.endpoints.split(",")[0])
     cut = 1
-    brokers = Brokers(
-        str(tmp_path / "shared"), {1: proxy.address, 2: etcd.endpoints, 3: etcd.endpoints}
-    )
+    brokers = Brokers(root, {1: proxy.address, 2: etcd.endpoints, 3: etcd.endpoints}, caches)
     try:
         brokers.start()
         deadline = time.monotonic() + 30
@@ -98,10 +107,26 @@ def proxied(etcd: EtcdCluster, tmp_path: Path) -> Iterator[tuple[Brokers, int, T
         proxy.close()
 
 
-def test_a_broker_cut_off_from_etcd_stops_leading_and_its_partitions_move(
-    proxied: tuple[Brokers, int, TcpProxy], tmp_path: Path
-) -> None:
-    brokers, cut, proxy = proxied
+@pytest.fixture
+def proxied(etcd: EtcdCluster, tmp_path: Path) -> Iterator[tuple[Brokers, int, TcpProxy]]:
+    with _one_cut_off(etcd, tmp_path, str(tmp_path / "shared")) as found:
+        yield found
+
+
+@pytest.fixture
+def proxied_s3(
+    etcd: EtcdCluster, s3_server: SeaweedS3, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[tuple[Brokers, int, TcpProxy]]:
+    """``proxied`` on object storage: the brokers share only the bucket and etcd."""
+    for k, v in s3_server.env().items():
+        monkeypatch.setenv(k, v)  # the brokers inherit them
+    root = f"s3://{s3_server.bucket}/{uuid.uuid4().hex}"
+    with _one_cut_off(etcd, tmp_path, root, tmp_path) as found:
+        yield found
+
+
+def _cut_off(found: tuple[Brokers, int, TcpProxy], tmp_path: Path) -> None:
+    brokers, cut, proxy = found
     led = [p for p, n in brokers.leaders().items() if n == cut]
     assert led
     work = Workload(brokers.bootstrap, TOPIC, rate=400).start()
@@ -118,6 +143,20 @@ def test_a_broker_cut_off_from_etcd_stops_leading_and_its_partitions_move(
     proxy.restore()
     time.sleep(4)  # it registers again and takes its share back
     checked(work, brokers, tmp_path)
+
+
+def test_a_broker_cut_off_from_etcd_stops_leading_and_its_partitions_move(
+    proxied: tuple[Brokers, int, TcpProxy], tmp_path: Path
+) -> None:
+    _cut_off(proxied, tmp_path)
+
+
+def test_on_object_storage_a_broker_cut_off_from_etcd_commits_nothing_more(
+    proxied_s3: tuple[Brokers, int, TcpProxy], tmp_path: Path
+) -> None:
+    """Its rounds' commits (etcd transactions) fail from the cut on, so nothing more is
+    acknowledged by it; its successors claim the tails and lose nothing."""
+    _cut_off(proxied_s3, tmp_path)
 
 
 @pytest.fixture
