@@ -108,3 +108,28 @@ def test_a_quiet_partition_seals_once_segment_ms_has_passed(s3_uri: str, tmp_pat
         while not [n for n in fs.listdir(partition) if n.endswith(".parquet")]:
             assert time.monotonic() < deadline, "the quiet partition never sealed"
             time.sleep(0.5)
+
+
+def test_cluster_mode_refuses_a_store_without_atomic_create(s3_server: SeaweedS3) -> None:
+    """pyarrow's S3 filesystem checks, then writes: two brokers could both create one
+    manifest version. The S3 backend's conditional PUT passes the probe."""
+    import pyarrow.fs as pafs
+
+    from sparklog.broker.object_storage import check_atomic_create
+    from sparklog.errors import ObjectStoreError
+    from sparklog.storage.fs.arrow import ArrowFileSystem
+
+    env = s3_server.env()
+    arrow = ArrowFileSystem(
+        pafs.S3FileSystem(
+            access_key=env["AWS_ACCESS_KEY_ID"],
+            secret_key=env["AWS_SECRET_ACCESS_KEY"],
+            endpoint_override=s3_server.endpoint,
+            scheme="http",
+            region=env["AWS_REGION"],
+        )
+    )
+    with pytest.raises(ObjectStoreError, match="atomic create-if-absent"):
+        check_atomic_create(arrow, f"{s3_server.bucket}/probe", "s3a://bucket/probe")
+    s3 = S3FileSystem(s3_server.bucket, environ=env)
+    check_atomic_create(s3, f"{s3_server.bucket}/{uuid.uuid4().hex}", "s3://bucket/x")
