@@ -586,5 +586,10 @@ class DemoCheckError(SparkLogError):
     """A step of the demo does not match the model of what was produced."""
 
 
+class DemoSetupError(SparkLogError, RuntimeError):
+    """A demo cannot start what it runs on: a program or package is missing, too old, or
+    did not start; the message says how to get it."""
+
+
 class JarsMissingError(SparkLogError, RuntimeError):
     """The jars of a purpose are not fetched: the message says how to fetch them."""

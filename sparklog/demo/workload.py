@@ -139,6 +139,16 @@ class Workload:
                     raise
                 time.sleep(0.5)
 
+    def end_offsets(self, timeout_s: float = 60) -> dict[int, int]:
+        """Every partition's high watermark, as the brokers answer ListOffsets."""
+        consumer = Consumer(
+            {"bootstrap.servers": self.bootstrap, "group.id": f"ends-{time.time_ns()}"}
+        )
+        try:
+            return self._ends(consumer, time.monotonic() + timeout_s)[1]
+        finally:
+            consumer.close()
+
     def read_all(self, timeout_s: float = 60) -> History:
         """Read every partition from its log start to its end into the history's reads."""
         consumer = Consumer(
