@@ -18,6 +18,11 @@ Three parts, each in the same run:
    victim is restarted (or resumed). Unavailability of a fault = the longest gap between
    two consecutive acknowledged writes of a partition the victim led, around the fault
    (``Workload.longest_gap``; at ``--fault-rate`` a partition is acked every few ms).
+   ``--storage s3``: the three brokers share nothing but etcd and a bucket (SeaweedFS,
+   ``sparklog.demo.seaweed``, started on loopback), each with its own ``--cache-dir``
+   and ``--flush-ms``; a SIGKILLed victim (a leader, the controller) also loses its
+   cache directory before it is restarted: the machine is gone. The throughput part
+   stays on local disks.
 3. **The check**: every partition read from start to end, the history checked
    (``sparklog.demo.checker``): operations ok/failed/unknown and every anomaly count
    (all must be 0); the times the fence refused acknowledgements (the brokers' "fence:
@@ -26,12 +31,15 @@ Three parts, each in the same run:
 
     .venv/bin/python bench/cluster.py --quick            # a few faults, small runs
     .venv/bin/python bench/cluster.py                    # 100 faults
+    .venv/bin/python bench/cluster.py --skip-throughput --storage s3   # 100 faults on S3
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
+import shutil
 import statistics
 import sys
 import tempfile
@@ -191,15 +199,37 @@ def run_throughput(work: str, args: argparse.Namespace) -> list[tuple[str, float
 KINDS = ("kill leader", "kill controller", "pause leader past its lease", "stop leader")
 
 
+def fault_cluster(
+    work: str, args: argparse.Namespace, endpoints: str, stack: contextlib.ExitStack
+) -> tuple[BrokerCluster, dict[int, str]]:
+    """The fault run's three brokers (not started) and each one's cache directory (none
+    on a shared local directory): on ``--storage s3``, a SeaweedFS started on loopback
+    (stopped with ``stack``), its ``AWS_*`` variables put in this process's environment
+    for the brokers to inherit, the root a prefix of its bucket."""
+    if args.storage == "local":
+        return BrokerCluster(
+            f"{work}/shared-faults", endpoints, 3, lease_ttl_ms=args.ttl_ms
+        ), {}  # fmt: skip
+    from sparklog.demo.seaweed import SeaweedS3
+
+    os.makedirs(f"{work}/seaweed")
+    s3 = stack.enter_context(SeaweedS3(f"{work}/seaweed", bucket="bench"))
+    os.environ.update(s3.env())
+    cluster = BrokerCluster("s3://bench/faults", endpoints, 3, lease_ttl_ms=args.ttl_ms)
+    caches = {}
+    for i, b in cluster.brokers.items():
+        caches[i] = f"{work}/cache-{i}"
+        b.extra = (*b.extra, "--cache-dir", caches[i], "--flush-ms", str(args.flush_ms))
+    return cluster, caches
+
+
 def run_faults(work: str, args: argparse.Namespace) -> dict[str, Any]:
     ttl_s = args.ttl_ms / 1000
     out: dict[str, Any] = {"unavailable": {k: [] for k in KINDS}}
-    with (
-        EtcdCluster(f"{work}/etcd-faults", members=args.etcd_members) as etcd,
-        BrokerCluster(
-            f"{work}/shared-faults", etcd.endpoints, 3, lease_ttl_ms=args.ttl_ms
-        ) as cluster,  # fmt: skip
-    ):
+    with contextlib.ExitStack() as stack:
+        etcd = stack.enter_context(EtcdCluster(f"{work}/etcd-faults", members=args.etcd_members))
+        cluster, caches = fault_cluster(work, args, etcd.endpoints, stack)
+        stack.enter_context(cluster)
         create_topic(cluster.bootstrap)
         wait_for_leaders(cluster.bootstrap)
         bootstrap = cluster.bootstrap
@@ -226,6 +256,8 @@ def run_faults(work: str, args: argparse.Namespace) -> dict[str, Any]:
                     proc.stop(30)
                 else:
                     proc.kill()
+                    if victim in caches:  # the machine is gone, its disk with it
+                        shutil.rmtree(caches[victim], ignore_errors=True)
                 t_done = time.monotonic()  # after a pause: when the victim was resumed
                 for p in led:
                     while work_load.acked_since(t_done, p) is None:
@@ -266,8 +298,8 @@ CHARTED_FAULTS = 8  # the timeline shows the first faults: more would be unreada
 
 def _failover_chart(work_load: Workload, began: float, marks: dict[str, float],
                     args: argparse.Namespace) -> str:  # fmt: skip
-    """docs/img/failover-timeline.png: acknowledged writes per 0.25 s across the first
-    faults, a line per fault."""
+    """docs/img/failover-timeline.png (``-s3.png`` on ``--storage s3``): acknowledged
+    writes per 0.25 s across the first faults, a line per fault."""
     import _charts
 
     end = (max(marks.values()) + 15) if marks else 30
@@ -280,9 +312,10 @@ def _failover_chart(work_load: Workload, began: float, marks: dict[str, float],
                 bins[k] += 1
     xs = [i * step for i in range(len(bins))]
     ys = [n / step for n in bins]
-    note = (f"3 brokers, lease TTL {args.ttl_ms} ms, workload {args.fault_rate} writes/s over "
-            f"{PARTITIONS} partitions")  # fmt: skip
-    return _charts.timeline("failover-timeline.png", "Acknowledged writes through faults",
+    note = (f"3 brokers ({args.storage}), lease TTL {args.ttl_ms} ms, workload "
+            f"{args.fault_rate} writes/s over {PARTITIONS} partitions")  # fmt: skip
+    name = "failover-timeline.png" if args.storage == "local" else "failover-timeline-s3.png"
+    return _charts.timeline(name, "Acknowledged writes through faults",
                             {"acks/s (all partitions)": (xs, ys)}, "seconds", "acks/s",
                             marks=marks, note=note)  # fmt: skip
 
@@ -297,6 +330,18 @@ def main() -> int:
     ap.add_argument("--ttl-ms", type=int, default=3000)
     ap.add_argument("--fault-rate", type=int, default=500)
     ap.add_argument("--etcd-members", type=int, default=1)
+    ap.add_argument(
+        "--storage",
+        choices=("local", "s3"),
+        default="local",
+        help="the fault run's storage: a shared directory, or a bucket (SeaweedFS)",
+    )
+    ap.add_argument(
+        "--flush-ms",
+        type=int,
+        default=25,
+        help="--storage s3: the brokers' flush interval (one round object each)",
+    )
     ap.add_argument("--no-kafka", action="store_true")
     ap.add_argument("--skip-throughput", action="store_true")
     ap.add_argument("--skip-faults", action="store_true")
@@ -324,7 +369,16 @@ def main() -> int:
                       flush=True)  # fmt: skip
         if args.skip_faults:
             return 0
-        print(f"failover: {args.faults} faults, lease TTL {args.ttl_ms} ms:", flush=True)
+        where = (
+            "a shared directory"
+            if args.storage == "local"
+            else (
+                f"S3 (SeaweedFS on loopback, flush {args.flush_ms} ms, a SIGKILLed broker's cache "
+                "directory deleted)"
+            )
+        )
+        print(f"failover on {where}: {args.faults} faults, lease TTL {args.ttl_ms} ms:",
+              flush=True)  # fmt: skip
         res = run_faults(work, args)
         for kind, xs in res["unavailable"].items():
             if xs:
