@@ -29,6 +29,7 @@ _BY_CLASS: tuple[tuple[type[BaseException], ErrorCode], ...] = (
     (e.CorruptMetadataError, ErrorCode.kafka_storage_error),
     (e.LogClosedError, ErrorCode.not_leader_or_follower),
     (e.ForeignWriterError, ErrorCode.kafka_storage_error),
+    (e.ObjectStoreError, ErrorCode.kafka_storage_error),
     (e.LeaseLostError, ErrorCode.not_leader_or_follower),
     (e.NotLeaderError, ErrorCode.not_leader_or_follower),
     (e.TailUnavailableError, ErrorCode.request_timed_out),

@@ -13,10 +13,14 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
+from kio.schema.errors import ErrorCode
 
+from sparklog.kafka import wire
+from sparklog.kafka.client import KafkaClient
 from sparklog.storage import names
 from sparklog.storage.fs.s3 import S3FileSystem
 from sparklog_testkit.processes import BrokerProcess
+from sparklog_testkit.s3proxy import S3FaultProxy
 
 from ..support.s3 import SeaweedS3
 
@@ -133,3 +137,48 @@ def test_cluster_mode_refuses_a_store_without_atomic_create(s3_server: SeaweedS3
         check_atomic_create(arrow, f"{s3_server.bucket}/probe", "s3a://bucket/probe")
     s3 = S3FileSystem(s3_server.bucket, environ=env)
     check_atomic_create(s3, f"{s3_server.bucket}/{uuid.uuid4().hex}", "s3://bucket/x")
+
+
+def _fetch_error(bootstrap: str, topic: str) -> int:
+    """The error code of a raw Fetch v12 of ``topic``'s partition 0 from offset 0."""
+    with KafkaClient(bootstrap) as c:
+        r = c.request(wire.ApiKey.FETCH, 12, {
+            "replica_id": -1, "max_wait": 0, "min_bytes": 0, "max_bytes": 1 << 20,
+            "isolation_level": 0, "session_id": 0, "session_epoch": -1, "topics": [
+                {"topic": topic, "partitions": [
+                    {"partition": 0, "current_leader_epoch": -1, "fetch_offset": 0,
+                     "last_fetched_epoch": -1, "log_start_offset": -1,
+                     "partition_max_bytes": 1 << 20}]}],
+            "forgotten_topics_data": [], "rack_id": "",
+        })  # fmt: skip
+    (part,) = r.responses[0].partitions
+    return int(part.error_code)
+
+
+def test_a_fetch_the_failing_store_cannot_serve_answers_kafka_storage_error(
+    s3_server: SeaweedS3, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Sealed records live in the bucket only: with the store answering 500, their fetch
+    answers KAFKA_STORAGE_ERROR (retriable), the broker keeps serving, and the same fetch
+    succeeds once the store is back."""
+    with S3FaultProxy(s3_server.endpoint) as proxy:
+        for k, v in proxy.env(s3_server.env()).items():
+            monkeypatch.setenv(k, v)
+        uri = f"s3://{s3_server.bucket}/{uuid.uuid4().hex}"
+        with BrokerProcess(uri, extra=("--cache-dir", str(tmp_path / "cache"))) as broker:
+            admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+            topic = NewTopic("sealed", 1, 1, config={"segment.ms": "500"})
+            for f in admin.create_topics([topic]).values():
+                f.result(30)
+            assert len(_produce(broker.bootstrap, "sealed", 20, partitions=1)) == 20
+            fs, root = S3FileSystem.from_uri(uri)
+            partition = names.partition_dir(root, "sealed", 0)
+            deadline = time.monotonic() + 30
+            while not [n for n in fs.listdir(partition) if n.endswith(".parquet")]:
+                assert time.monotonic() < deadline, "never sealed"
+                time.sleep(0.3)
+            time.sleep(2)  # the sealed cache file is collected; its records are in the bucket
+            proxy.error(500)
+            assert _fetch_error(broker.bootstrap, "sealed") == ErrorCode.kafka_storage_error
+            proxy.pass_through()
+            assert _fetch_error(broker.bootstrap, "sealed") == 0
