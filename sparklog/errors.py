@@ -134,7 +134,8 @@ class DataDirNotDirectoryError(SparkLogError, ValueError):
 
 class ObjectStoreError(SparkLogError):
     """An object-store root cannot be used: the endpoint is unreachable, the bucket is
-    missing, the credentials are missing or refused, or the s3 extra is not installed."""
+    missing, the credentials are missing or refused, or the s3 extra is not installed; or
+    a request failed after its retries (5xx answers, lost connections, a stalled store)."""
 
 
 class NotLeaderError(SparkLogError):
