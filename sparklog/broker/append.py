@@ -85,6 +85,8 @@ _SEQUENCE_ERRORS = (
     UnknownProducerError,
     InvalidProducerEpochError,
 )
+#: the longest a produce request waits for a take-over of its partitions in progress
+TAKE_OVER_WAIT_S = 10.0
 #: what a failed leadership check after the append raises (the fence, a closed log)
 _LEADERSHIP_LOST = (NotLeaderError, LogClosedError, LeaseLostError)
 #: acks=0 durability waits in flight (kept referenced until done)
@@ -139,6 +141,9 @@ class AppendService:
         """Append every entry, then (``acks`` 1 or -1) await their durability; one outcome
         per entry, in order."""
         self.check_acks(acks)
+        if self.manager.taking:  # a take-over in progress: its batches wait, in order
+            keys = {(topic, partition) for topic, partition, _ in entries}
+            await self.manager.until_taken_over(keys, TAKE_OVER_WAIT_S)
         outcomes: list[AppendOutcome] = []
         waits: list[tuple[AppendOutcome, PartitionHandle, int]] = []
         for topic, partition, records in entries:

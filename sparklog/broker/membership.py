@@ -331,41 +331,49 @@ class ClusterMember:
             if mine.get(key) != handle.leader_epoch:
                 await self._give_up(key, "assigned elsewhere")
         loop = asyncio.get_running_loop()
-        for p, epoch in sorted(mine.items()):
-            if p in self.manager.handles or self._stop.is_set():
-                continue
-            if self.manager.foreign is not None:
-                break  # another writer on the storage: take nothing over (stop_writes)
-            try:
-                self.manager.topic(p[0])
-            except SparkLogError:
-                continue  # deleted meanwhile; the controller drops it next round
-            fence = self._fence_for(p, epoch)
-            try:
-                plog = await loop.run_in_executor(
-                    self._pool, self.manager.open_led, p[0], p[1], epoch, fence
-                )
-            except SparkLogError as e:
-                log.warning(
-                    "broker %d: taking %s-%d over at epoch %d failed: %s",
-                    self.node_id,
-                    p[0],
-                    p[1],
-                    epoch,
-                    e,
-                )
-                continue
-            self.manager.install(p[0], p[1], plog, epoch)
-            self.leadership_changes += 1
-            log.info(
-                "broker %d leads %s-%d at epoch %d from offset %d",
+        todo = sorted((p, e) for p, e in mine.items() if p not in self.manager.handles)
+        for p, _epoch in todo:  # their produce requests wait, in order, for the take-overs
+            self.manager.taking_over(*p)
+        try:
+            for p, epoch in todo:
+                await self._take_over(loop, p, epoch)
+        finally:
+            for p, _epoch in todo:
+                self.manager.taken_over(*p)  # (installed ones were released at install)
+
+    async def _take_over(self, loop: asyncio.AbstractEventLoop, p: Partition, epoch: int) -> None:
+        if self._stop.is_set() or self.manager.foreign is not None:
+            return  # stopping, or another writer on the storage (stop_writes)
+        try:
+            self.manager.topic(p[0])
+        except SparkLogError:
+            return  # deleted meanwhile; the controller drops it next round
+        fence = self._fence_for(p, epoch)
+        try:
+            plog = await loop.run_in_executor(
+                self._pool, self.manager.open_led, p[0], p[1], epoch, fence
+            )
+        except SparkLogError as e:
+            log.warning(
+                "broker %d: taking %s-%d over at epoch %d failed: %s",
                 self.node_id,
                 p[0],
                 p[1],
                 epoch,
-                plog.log_end_offset,
+                e,
             )
-            self._on_gained(p[0], p[1])
+            return
+        self.manager.install(p[0], p[1], plog, epoch)
+        self.leadership_changes += 1
+        log.info(
+            "broker %d leads %s-%d at epoch %d from offset %d",
+            self.node_id,
+            p[0],
+            p[1],
+            epoch,
+            plog.log_end_offset,
+        )
+        self._on_gained(p[0], p[1])
 
     def _fence_for(self, p: Partition, epoch: int) -> Callable[[], None] | None:
         fence = self.fence

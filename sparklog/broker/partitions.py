@@ -71,6 +71,8 @@ class PartitionManager:
         #: (``sparklog.broker.object_storage``) the tiered one and the tail, set by the broker
         self.log_fs: FileSystem = storage.fs
         self.tail: BrokerTail | None = None
+        #: cluster mode: partitions this broker is taking over right now (``taking_over``)
+        self.taking: dict[tuple[str, int], asyncio.Event] = {}
         for name in storage.topics.list():
             self._topics[name] = storage.topics.get(name)
 
@@ -293,6 +295,32 @@ class PartitionManager:
         meta = self.storage.topics.check_partition(topic, partition)
         return self._open_log(topic, partition, meta, epoch, fence)
 
+    def taking_over(self, topic: str, partition: int) -> None:
+        """Cluster mode: a take-over of ``topic-partition`` started (Metadata may already
+        name this broker its leader); produce requests for it wait for ``taken_over``."""
+        self.taking.setdefault((topic, partition), asyncio.Event())
+
+    def taken_over(self, topic: str, partition: int) -> None:
+        """The take-over ended (installed, or failed): the requests waiting go on."""
+        event = self.taking.pop((topic, partition), None)
+        if event is not None:
+            event.set()
+
+    async def until_taken_over(self, keys: Iterable[tuple[str, int]], timeout_s: float) -> None:
+        """Wait (at most ``timeout_s``) for the take-overs of ``keys`` in progress.
+
+        A produce request that reaches a new leader before its take-over ends would be
+        answered NOT_LEADER_OR_FOLLOWER, which clients take as "not written": an idempotent
+        producer whose pipelined batches get that answer while a later one reaches the
+        finished leader sees OUT_OF_ORDER_SEQUENCE_NUMBER, bumps its epoch and sends the
+        earlier batches again as new records - duplicates of records the old leader had
+        committed. Waiting keeps the batches in order, as Kafka's short leader transition
+        does."""
+        events = [self.taking[k] for k in keys if k in self.taking]
+        if events:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.gather(*(e.wait() for e in events)), timeout_s)
+
     def install(
         self, topic: str, partition: int, plog: PartitionLog, epoch: int
     ) -> PartitionHandle:
@@ -300,6 +328,7 @@ class PartitionManager:
         loop = asyncio.get_running_loop()
         plog.on_durable(lambda _pos: self._wake(loop, handle))
         self.handles[(topic, partition)] = handle
+        self.taken_over(topic, partition)
         return handle
 
     def _wake(self, loop: asyncio.AbstractEventLoop, handle: PartitionHandle) -> None:

@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 
 from sparklog.errors import CorruptMetadataError
-from sparklog.storage import checkpoints, names, transforms
+from sparklog.storage import checkpoints, crashpoints, names, transforms
 from sparklog.storage.active import ActiveSegment
 from sparklog.storage.checkpoints import LogPosition
 from sparklog.storage.config import TopicConfig
@@ -49,6 +49,7 @@ from sparklog.storage.producers import ProducerStates, read_snapshot
 from sparklog.storage.tail import BrokerTail, rebuild
 
 log = logging.getLogger(__name__)
+crashpoints.register("take_over.after_claim")
 #: the stored columns producer-state recovery reads
 PRODUCER_COLUMNS = ["offset", "key", "producer_id", "producer_epoch", "sequence", "attributes"]
 
@@ -255,6 +256,7 @@ def open_partition(
     label = f"{topic}-{partition}"
     if tail is not None:
         entries = tail.claim(topic, partition, -1 if leader_epoch is None else leader_epoch)
+        crashpoints.hit("take_over.after_claim")  # the next take-over claims again
         rebuild.materialize(fs, root, path, store.latest(), entries)
     if leader_epoch is None:
         return recover(fs, path, config, store, now_ms=now_ms, label=label)

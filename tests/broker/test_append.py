@@ -262,3 +262,30 @@ def test_records_not_made_durable_answer_by_their_cause(
 ) -> None:
     assert error_code(error) == code
     assert str(error).startswith("not durable: ")
+
+
+def test_batches_for_a_partition_being_taken_over_wait_for_it_in_order(
+    manager: PartitionManager, service: AppendService
+) -> None:
+    """A new leader's take-over takes a while after Metadata names it (a cache rebuilt
+    from object storage); an idempotent producer's pipelined batches answered
+    NOT_LEADER_OR_FOLLOWER meanwhile, while a later one succeeds, make librdkafka send the
+    earlier records again as new ones (tests/cluster/test_object_storage.py). They wait
+    for the take-over instead, and are appended in the order they came."""
+    manager.create_topic("t", 1, None)
+
+    async def scenario() -> None:
+        manager.taking_over("t", 0)
+        first = asyncio.create_task(
+            service.append_records([("t", 0, batch([b"a"], producer_id=7, sequence=0))], acks=-1)
+        )
+        second = asyncio.create_task(
+            service.append_records([("t", 0, batch([b"b"], producer_id=7, sequence=1))], acks=-1)
+        )
+        await asyncio.sleep(0.3)
+        assert not first.done() and not second.done()
+        manager.taken_over("t", 0)
+        [one], [two] = await first, await second
+        assert (one.error, one.base_offset, two.error, two.base_offset) == (None, 0, None, 1)
+
+    run(scenario())
