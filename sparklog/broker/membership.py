@@ -55,6 +55,8 @@ from sparklog.errors import NotLeaderError, SparkLogError
 from sparklog.storage import names
 
 log = logging.getLogger(__name__)
+#: partitions a broker takes over at once
+TAKE_OVER_THREADS = 8
 
 VIEW_INTERVAL_S = 0.25
 TOPIC_SYNC_S = 1.0
@@ -203,7 +205,9 @@ class ClusterMember:
         self._on_lost = on_lost
         self._stop = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
-        self._pool = ThreadPoolExecutor(1, thread_name_prefix="sparklog-takeover")
+        #: take-overs run in parallel (each waits on etcd and, on object storage, on the
+        #: ranged GETs of its cache rebuild); closes of given-up logs too
+        self._pool = ThreadPoolExecutor(TAKE_OVER_THREADS, thread_name_prefix="sparklog-takeover")
         self._pids = (0, 0)  # the reserved producer id block: next, limit
         self._pid_lock = asyncio.Lock()
         self.leadership_changes = 0
@@ -335,8 +339,7 @@ class ClusterMember:
         for p, _epoch in todo:  # their produce requests wait, in order, for the take-overs
             self.manager.taking_over(*p)
         try:
-            for p, epoch in todo:
-                await self._take_over(loop, p, epoch)
+            await asyncio.gather(*(self._take_over(loop, p, epoch) for p, epoch in todo))
         finally:
             for p, _epoch in todo:
                 self.manager.taken_over(*p)  # (installed ones were released at install)
