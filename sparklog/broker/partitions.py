@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
@@ -73,6 +74,8 @@ class PartitionManager:
         self.tail: BrokerTail | None = None
         #: cluster mode: partitions this broker is taking over right now (``taking_over``)
         self.taking: dict[tuple[str, int], asyncio.Event] = {}
+        #: object storage: (manifest version, when to collect again) per partition
+        self._gc_seen: dict[tuple[str, int], tuple[int, float]] = {}
         for name in storage.topics.list():
             self._topics[name] = storage.topics.get(name)
 
@@ -383,15 +386,24 @@ class PartitionManager:
     # ------------------------------------------------------------------ maintenance
 
     def maintain(self, handles: Iterable[PartitionHandle], *, collect_garbage: bool) -> None:
-        """On object storage, roll (and seal) active segments older than ``segment.ms``,
-        appended to or not; pick up manifest versions other writers committed (retention
-        and compaction jobs commit without calling the broker), then, if asked, delete
-        files that no manifest needs any more (after ``file.delete.delay.ms``). Runs on a
-        worker thread; a failure on one partition is logged and the others go on."""
+        """Pick up manifest versions other writers committed (retention and compaction
+        jobs commit without calling the broker), then, if asked, delete files that no
+        manifest needs any more (after ``file.delete.delay.ms``). Runs on a worker thread;
+        a failure on one partition is logged and the others go on.
+
+        On object storage each of those costs requests per partition (a GET to look for a
+        newer manifest, LISTs to collect garbage), so the refresh runs only with the
+        garbage collection (every ``gc_interval_ms``), and a partition's garbage is
+        collected only after its manifest changed and once more when what that dropped is
+        past ``file.delete.delay.ms`` (``_gc_due``). Active segments older than
+        ``segment.ms`` are rolled and sealed at every step, appended to or not: readers
+        of the bucket see sealed segments only."""
         for handle in handles:
             try:
-                if self.tail is not None:  # readers of the bucket see sealed segments only
+                if self.tail is not None:
                     handle.log.roll(if_due=True)
+                    if not collect_garbage:
+                        continue
                 before = handle.log.manifest
                 after = handle.log.refresh()
                 # embedded: a newer epoch is a foreign writer (cluster: the next leader)
@@ -407,7 +419,7 @@ class PartitionManager:
                         after.log_start_offset,
                         len(after.segments),
                     )
-                if collect_garbage:
+                if collect_garbage and self._gc_due(handle):
                     deleted = handle.log.collect_garbage().deleted
                     if deleted:
                         log.info("%s: deleted %d unreferenced files", handle.label, len(deleted))
@@ -416,6 +428,24 @@ class PartitionManager:
                     log.warning(
                         "%s: manifest refresh or garbage collection failed: %s", handle.label, e
                     )
+
+    def _gc_due(self, handle: PartitionHandle) -> bool:
+        """Whether to collect a partition's garbage now: always on a local root; on object
+        storage once after each manifest change and once more past the delete delay."""
+        if self.tail is None:
+            return True
+        key = (handle.topic, handle.partition)
+        version = handle.log.manifest.version
+        seen, again_at = self._gc_seen.get(key, (-1, 0.0))
+        now = time.monotonic()
+        if version != seen:
+            delay_s = handle.log.config.file_delete_delay_ms / 1000
+            self._gc_seen[key] = (version, now + delay_s + 1)
+            return True
+        if again_at and now >= again_at:
+            self._gc_seen[key] = (version, 0.0)
+            return True
+        return False
 
     def stop_writes(self, error: ForeignWriterError) -> None:
         """Another writer was found on this broker's storage (``error`` says who and

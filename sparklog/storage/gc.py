@@ -19,6 +19,7 @@ this; compaction jobs never delete.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 from dataclasses import dataclass, field
 
@@ -66,9 +67,10 @@ def collect_garbage(
     for name in fs.listdir(partition_path):
         path = fs.join(partition_path, name)
         if name.startswith(names.TMP_PREFIX):
-            if now_ms - fs.mtime_ms(path) >= orphan_grace_ms:
-                fs.delete(path)
-                report.deleted.append(name)
+            with contextlib.suppress(FileNotFoundError):  # a create in progress, gone since
+                if now_ms - fs.mtime_ms(path) >= orphan_grace_ms:
+                    fs.delete(path)
+                    report.deleted.append(name)
             continue
         seg = names.parse_segment_name(name)
         owner = names.index_owner(name)
@@ -93,8 +95,10 @@ def collect_garbage(
     for name in fs.listdir(mdir):
         if name.startswith(names.TMP_PREFIX):
             path = fs.join(mdir, name)
-            if now_ms - fs.mtime_ms(path) >= orphan_grace_ms:
-                fs.delete(path)
+            # a writer's create in progress links, then unlinks, its temporary file
+            with contextlib.suppress(FileNotFoundError):
+                if now_ms - fs.mtime_ms(path) >= orphan_grace_ms:
+                    fs.delete(path)
     by_version = {m.version: m for m in manifests}
     for i, v in enumerate(versions[: max(len(versions) - keep_versions, 0)]):
         successor = by_version.get(versions[i + 1])
