@@ -20,9 +20,10 @@ Layout and guarantees in the bucket:
   store implements conditional writes (AWS S3 since 2024, SeaweedFS since 4.18; for
   others see their documentation); a store that ignores the header lets the second writer
   overwrite. One
-  ambiguity is inherent to HTTP: a PUT whose answer is lost (a timeout) is retried by the
-  client, and if the first attempt did land, the retry gets 412 and this call returns
-  ``False`` for a file it wrote.
+  ambiguity is inherent to HTTP: a PUT whose answer is lost (a timeout, a reset) may have
+  landed, and its retry then gets 412. ``create_exclusive`` retries the PUT itself and,
+  told the object exists after an attempt that failed, reads it back: ``True`` if it
+  holds exactly the bytes written (``_create``).
 - S3 has no directories. ``makedirs(d)`` creates an empty marker object ``d/.sparklog-dir``
   (a hidden name, so Spark and Hive skip it) so that an empty directory exists and lists as
   on a disk; a directory exists while its marker or any object lies below it. ``listdir``
@@ -37,24 +38,36 @@ Layout and guarantees in the bucket:
   is written whole: sealed segments, manifests, checkpoints, topic metadata.
 - ``redundant = True``: the store keeps the copies (S3's durability across zones; an
   on-premises store as its operators configure it).
-- Reads: ``read_buffer`` is one GET; ``open_input`` reads ranges (GET with Range, buffered
-  by 1 MiB) for Parquet footers and row groups. ``listdir`` is one LIST with delimiter
-  (more pages past 1,000 entries); ``exists`` and ``is_dir`` a HEAD and at most one LIST.
+- Reads: ``read_buffer`` is one GET; ``open_input`` one HEAD (the size), then ranges (GET
+  with Range, at least 1 MiB each, buffered) for Parquet footers and row groups.
+  ``listdir`` is one LIST with delimiter (more pages past 1,000 entries); ``exists`` and
+  ``is_dir`` a HEAD and at most one LIST.
+
+Requests are counted (``RequestCounts``) by kind - GET, ranged GET, HEAD, PUT, conditional
+PUT, LIST, DELETE - per instance (``S3FileSystem.requests()``) and in this process
+(``total_requests()``), for benchmarks and for tests that hold a path to a request budget
+(no LIST on the hot paths). A count is one call the backend makes: the retries obstore
+makes inside it are not counted, a multipart upload counts as one PUT, and a bulk DELETE or
+a listing counts one request per 1,000 keys.
 
 Errors: a missing object raises ``FileNotFoundError`` as on a disk; an unreachable
 endpoint, a missing bucket and refused or missing credentials raise ``ObjectStoreError``
-naming the bucket, the endpoint and what to set.
+naming the bucket, the endpoint and what to set. Every request has timeouts and bounded
+retries (``sparklog.storage.fs.s3client``, ``SPARKLOG_S3_*``): a store answering 5xx,
+resetting connections or stalling makes a call fail with ``ObjectStoreError`` saying the
+operation, the key, the endpoint and why, within seconds: no call hangs.
 """
 
 from __future__ import annotations
 
 import contextlib
 import io
+import math
 import os
 import posixpath
+import threading
 import time
-from collections.abc import Iterator, Mapping
-from datetime import timedelta
+from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 import obstore
@@ -64,22 +77,55 @@ from obstore.store import S3Store
 
 from sparklog.errors import ObjectStoreError
 from sparklog.storage.fs import AppendFile, FileSystem
+from sparklog.storage.fs.s3client import S3ClientSettings, explain
 
 if TYPE_CHECKING:
-    from obstore import ReadableFile, WritableFile
+    from obstore import WritableFile
 
 SCHEME = "s3://"
 #: the empty object that makes a directory exist (see the module docstring)
 DIR_MARKER = ".sparklog-dir"
 _DEFAULT_REGION = "us-east-1"
 _CONFLICT_RETRIES = 5
-# A wrong endpoint should fail in seconds, not after obstore's default three minutes of
-# retries; a busy store still gets five tries over about three seconds, each up to a minute.
-_RETRY = {
-    "max_retries": 5,
-    "retry_timeout": timedelta(seconds=30),
-    "backoff": {"init_backoff": timedelta(milliseconds=100), "max_backoff": timedelta(seconds=2)},
-}
+
+
+#: what ``RequestCounts`` counts (see the module docstring)
+REQUEST_KINDS = ("GET", "RANGED_GET", "HEAD", "PUT", "CONDITIONAL_PUT", "LIST", "DELETE")
+#: the least a ranged GET reads (what Parquet's small reads of one column chunk share)
+READ_BUFFER_BYTES = 1024 * 1024
+_PAGE_KEYS = 1000
+
+
+class RequestCounts:
+    """Requests made to a store, by kind (``REQUEST_KINDS``). Thread-safe."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._counts = dict.fromkeys(REQUEST_KINDS, 0)
+
+    def add(self, kind: str, n: int = 1) -> None:
+        if kind not in self._counts:
+            raise ValueError(f"unknown request kind {kind!r}: one of {', '.join(REQUEST_KINDS)}")
+        with self._lock:
+            self._counts[kind] += n
+
+    def snapshot(self) -> dict[str, int]:
+        """Every kind's count so far (a copy)."""
+        with self._lock:
+            return dict(self._counts)
+
+
+_TOTAL = RequestCounts()
+
+
+def total_requests() -> dict[str, int]:
+    """The requests every ``S3FileSystem`` of this process has made so far, by kind."""
+    return _TOTAL.snapshot()
+
+
+def _pages(keys: int) -> int:
+    """Requests a listing or a bulk DELETE of ``keys`` keys takes (1,000 keys each)."""
+    return max(1, math.ceil(keys / _PAGE_KEYS))
 
 
 def parse_uri(uri: str) -> tuple[str, str]:
@@ -107,9 +153,16 @@ def settings_from_env(environ: Mapping[str, str] | None = None) -> dict[str, str
 class _Writer(io.RawIOBase):
     """What ``pa.PythonFile`` wants around obstore's writer: ``closed`` is a property."""
 
-    def __init__(self, inner: WritableFile) -> None:
+    def __init__(
+        self,
+        inner: WritableFile,
+        on_close: Callable[[], None],
+        errors: Callable[[], contextlib.AbstractContextManager[None]],
+    ) -> None:
         super().__init__()
         self._inner = inner
+        self._on_close = on_close
+        self._errors = errors  # the backend's error translation (parts upload as written)
 
     def writable(self) -> bool:
         return True
@@ -117,22 +170,31 @@ class _Writer(io.RawIOBase):
     def write(self, data: Any) -> int:
         # pyarrow hands over its buffers as views obstore does not take as bytes
         view = memoryview(data).cast("B")
-        return int(self._inner.write(view))
+        with self._errors():
+            return int(self._inner.write(view))
 
     def close(self) -> None:
         if not self.closed:
             try:
-                self._inner.close()
+                with self._errors():
+                    self._inner.close()
+                self._on_close()
             finally:
                 super().close()
 
 
 class _Reader(io.RawIOBase):
-    """Random access over obstore's buffered ranged reader, for ``pa.PythonFile``."""
+    """Random access to one object for ``pa.PythonFile``: each read the buffer does not
+    hold is one ranged GET of at least ``READ_BUFFER_BYTES`` (counted)."""
 
-    def __init__(self, inner: ReadableFile) -> None:
+    def __init__(self, fs: S3FileSystem, key: str, size: int) -> None:
         super().__init__()
-        self._inner = inner
+        self._fs = fs
+        self._key = key
+        self.size = size
+        self._pos = 0
+        self._buf_start = 0
+        self._buf = b""
 
     def readable(self) -> bool:
         return True
@@ -141,15 +203,28 @@ class _Reader(io.RawIOBase):
         return True
 
     def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
-        return int(self._inner.seek(offset, whence))
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: self.size}[whence]
+        if base + offset < 0:
+            raise ValueError(f"negative seek position {base + offset}")
+        self._pos = base + offset
+        return self._pos
 
     def tell(self) -> int:
-        return int(self._inner.tell())
+        return self._pos
 
-    def read(self, size: int = -1) -> bytes:
-        if self.tell() >= self._inner.size:
+    def read(self, size: int | None = -1) -> bytes:
+        end = self.size if size is None or size < 0 else min(self.size, self._pos + size)
+        if self._pos >= end:
             return b""
-        return bytes(self._inner.read(None if size is None or size < 0 else size))
+        buf_end = self._buf_start + len(self._buf)
+        if not (self._buf_start <= self._pos and end <= buf_end):
+            stop = min(self.size, max(end, self._pos + READ_BUFFER_BYTES))
+            self._buf = self._fs._get_range(self._key, self._pos, stop)
+            self._buf_start = self._pos
+        lo = self._pos - self._buf_start
+        data = self._buf[lo : lo + end - self._pos]
+        self._pos += len(data)
+        return data
 
     def readinto(self, buffer: Any) -> int:
         data = self.read(len(buffer))
@@ -170,11 +245,13 @@ class S3FileSystem(FileSystem):
         endpoint: str | None = None,
         region: str | None = None,
         environ: Mapping[str, str] | None = None,
+        client: S3ClientSettings | None = None,
     ) -> None:
         """``endpoint`` and ``region`` override what the ``AWS_*`` variables say; those and
         the credentials are read from ``environ`` (default: the process's environment).
         obstore itself still falls back to the process's environment for anything neither
-        gives (an instance role, for one)."""
+        gives (an instance role, for one). ``client``: the timeouts and retries, else the
+        ``SPARKLOG_S3_*`` variables of ``environ`` (``sparklog.storage.fs.s3client``)."""
         found = settings_from_env(environ)
         self.bucket = bucket
         self.endpoint = endpoint or found["endpoint"]
@@ -192,25 +269,54 @@ class S3FileSystem(FileSystem):
         ):
             if env.get(name):
                 config[key] = env[name]
-        client: dict[str, Any] = {"connect_timeout": "5s", "timeout": "60s"}
+        self.client = client or S3ClientSettings.from_env(env)
         # plain http only to an endpoint the user named with http:// (an on-premises store)
-        if self.endpoint and self.endpoint.startswith("http://"):
-            client["allow_http"] = True
+        options = self.client.client_options(
+            allow_http=bool(self.endpoint and self.endpoint.startswith("http://"))
+        )
         self.store = S3Store(
             bucket,
             config=config,  # type: ignore[arg-type]
-            client_options=client,  # type: ignore[arg-type]
-            retry_config=_RETRY,  # type: ignore[arg-type]
+            client_options=options,  # type: ignore[arg-type]
+            retry_config=self.client.retry_config(),  # type: ignore[arg-type]
         )
+        # conditional PUTs: obstore would retry one after a 5xx and could turn a lost
+        # answer into "already exists"; create_exclusive retries them itself (_create)
+        self._once = S3Store(
+            bucket,
+            config=config,  # type: ignore[arg-type]
+            client_options=options,  # type: ignore[arg-type]
+            retry_config=self.client.retry_config(retries=0),  # type: ignore[arg-type]
+        )
+        self._requests = RequestCounts()
 
     @classmethod
     def from_uri(
-        cls, uri: str, environ: Mapping[str, str] | None = None
+        cls,
+        uri: str,
+        environ: Mapping[str, str] | None = None,
+        client: S3ClientSettings | None = None,
     ) -> tuple[S3FileSystem, str]:
         """The backend for ``s3://bucket/prefix`` and the root path in it (``bucket/prefix``)."""
         bucket, prefix = parse_uri(uri)
-        fs = cls(bucket, environ=environ)
+        fs = cls(bucket, environ=environ, client=client)
         return fs, posixpath.join(bucket, prefix) if prefix else bucket
+
+    # ------------------------------------------------------------------------ requests
+
+    def requests(self) -> dict[str, int]:
+        """The requests this instance has made so far, by kind (``REQUEST_KINDS``)."""
+        return self._requests.snapshot()
+
+    def _count(self, kind: str, n: int = 1) -> None:
+        self._requests.add(kind, n)
+        _TOTAL.add(kind, n)
+
+    def _get_range(self, key: str, start: int, end: int) -> bytes:
+        """Bytes ``[start, end)`` of the object at ``key`` (one ranged GET)."""
+        self._count("RANGED_GET")
+        with self._errors("GET", key):
+            return bytes(obstore.get_range(self.store, key, start=start, end=end))
 
     # ------------------------------------------------------------------------ paths, errors
 
@@ -225,14 +331,15 @@ class S3FileSystem(FileSystem):
         return self.endpoint or f"AWS S3 ({self.region or 'default region'})"
 
     @contextlib.contextmanager
-    def _errors(self, op: str, key: str) -> Iterator[None]:
+    def _errors(self, op: str, key: str, tries: int | None = None) -> Iterator[None]:
         """Turns obstore's errors into ``FileNotFoundError`` (a missing object) or
-        ``ObjectStoreError`` saying what failed, where, and what to check."""
+        ``ObjectStoreError`` saying what failed, where, and what to check (``tries``: how
+        often the request was sent, when the backend retried it rather than obstore)."""
         try:
             yield
         except (obx.AlreadyExistsError, obx.PreconditionError):
             raise
-        except (FileNotFoundError, obx.BaseError) as e:
+        except (OSError, obx.BaseError) as e:  # obstore's writer raises plain OSErrors
             text = str(e)
             where = f"{SCHEME}{self.bucket}: {op} {key or '/'}"
             if "NoSuchBucket" in text:
@@ -242,30 +349,14 @@ class S3FileSystem(FileSystem):
                 ) from None
             if isinstance(e, FileNotFoundError | obx.NotFoundError):
                 raise FileNotFoundError(f"{SCHEME}{self.bucket}/{key}") from None
-            if isinstance(e, obx.PermissionDeniedError | obx.UnauthenticatedError):
-                what = (
-                    f"{self._where()} refused the credentials ({_first_line(e)}); set "
-                    "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY to a key that may read and "
-                    "write this bucket"
-                )
-            elif "169.254.169.254" in text or "credential" in text.lower():
-                what = (
-                    "no credentials: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY "
-                    "(or run where an instance role provides them)"
-                )
-            elif "error sending request" in text or "connect" in text.lower():
-                what = (
-                    f"cannot reach {self._where()}: check AWS_ENDPOINT_URL (or "
-                    "AWS_ENDPOINT_URL_S3) and that the store is running"
-                )
-            else:
-                what = _first_line(e)
+            what = explain(e, self.client, self._where(), tries).reason
             raise ObjectStoreError(f"{where} failed: {what}") from None
 
     def _head(self, key: str) -> Mapping[str, Any] | None:
         """The object's metadata, or None if there is no object at ``key``."""
         if not key:
             return None
+        self._count("HEAD")
         try:
             with self._errors("HEAD", key):
                 return obstore.head(self.store, key)
@@ -283,6 +374,7 @@ class S3FileSystem(FileSystem):
 
     def is_dir(self, path: str) -> bool:
         key = self._key(path)
+        self._count("LIST")
         with self._errors("LIST", key):
             # listing the bucket answers even when it is empty, and fails when it is missing
             first = next(iter(obstore.list(self.store, key or None, chunk_size=1)), [])
@@ -305,6 +397,7 @@ class S3FileSystem(FileSystem):
         key = self._key(path)
         with self._errors("LIST", key):
             listing = obstore.list_with_delimiter(self.store, key or None)
+        self._count("LIST", _pages(len(listing["objects"]) + len(listing["common_prefixes"])))
         names = {posixpath.basename(p) for p in listing["common_prefixes"]}
         # a folder-backed store lists an emptied folder as an object named like the prefix
         names |= {posixpath.basename(o["path"]) for o in listing["objects"] if o["path"] != key}
@@ -315,13 +408,13 @@ class S3FileSystem(FileSystem):
         key = self._key(path)
         if not key:
             return
-        with contextlib.suppress(obx.AlreadyExistsError), self._errors("PUT", key):
-            obstore.put(self.store, self._marker(key), b"", mode="create")
+        self._create(self._marker(key), b"")
 
     # ------------------------------------------------------------------------ deletion
 
     def delete(self, path: str) -> None:
         key = self._key(path)
+        self._count("DELETE")
         with self._errors("DELETE", key):
             obstore.delete(self.store, key)
 
@@ -336,27 +429,32 @@ class S3FileSystem(FileSystem):
     def _delete_below(self, key: str) -> None:
         with self._errors("LIST", key):
             listing = obstore.list_with_delimiter(self.store, key)
+        self._count("LIST", _pages(len(listing["objects"]) + len(listing["common_prefixes"])))
         objects = [o["path"] for o in listing["objects"] if o["path"] != key]
         for sub in listing["common_prefixes"]:
             self._delete_below(sub)
         with self._errors("DELETE", key):
             if objects:
+                self._count("DELETE", _pages(len(objects)))
                 obstore.delete(self.store, objects)
+            self._count("DELETE")
             obstore.delete(self.store, key)
 
     # ------------------------------------------------------------------------ whole files
 
     def read_buffer(self, path: str) -> pa.Buffer:
         key = self._key(path)
+        self._count("GET")
         with self._errors("GET", key):
             data = obstore.get(self.store, key).bytes()
         return pa.py_buffer(data)
 
     def open_input(self, path: str) -> pa.NativeFile:
-        key = self._key(path)
-        with self._errors("HEAD", key):
-            reader = obstore.open_reader(self.store, key)
-        return pa.PythonFile(_Reader(reader), mode="r")
+        """One HEAD (the object's size), then ranged GETs as the file is read."""
+        meta = self._head(self._key(path))
+        if meta is None:
+            raise FileNotFoundError(f"{SCHEME}{path}")
+        return pa.PythonFile(_Reader(self, self._key(path), int(meta["size"])), mode="r")
 
     def open_output(self, path: str) -> pa.NativeFile:
         """A writer whose object appears, whole, when it is closed (one PUT up to 10 MiB,
@@ -364,7 +462,10 @@ class S3FileSystem(FileSystem):
         key = self._key(path)
         with self._errors("PUT", key):
             writer = obstore.open_writer(self.store, key)
-        return pa.PythonFile(_Writer(writer), mode="w")
+        return pa.PythonFile(
+            _Writer(writer, lambda: self._count("PUT"), lambda: self._errors("PUT", key)),
+            mode="w",
+        )
 
     def sync_file(self, path: str) -> None:
         return None
@@ -374,29 +475,71 @@ class S3FileSystem(FileSystem):
 
     def write_atomic(self, path: str, data: bytes) -> None:
         key = self._key(path)
+        self._count("PUT")
         with self._errors("PUT", key):
             obstore.put(self.store, key, data)
 
     def create_exclusive(self, path: str, data: bytes) -> bool:
-        key = self._key(path)
-        for attempt in range(_CONFLICT_RETRIES + 1):
+        """One conditional PUT; True if the file now holds ``data`` written by this call,
+        False if it held something already (see ``_create`` for a lost answer)."""
+        return self._create(self._key(path), data)
+
+    def _create(self, key: str, data: bytes) -> bool:
+        """The conditional PUT, retried here on 5xx answers, timeouts and lost connections
+        (``self.client``'s budget). An attempt that failed may still have landed, so if a
+        later one is told the object exists, the object is read back: holding exactly
+        ``data`` means this call created it (True). A writer whose bytes are its own (they
+        name it, its epoch) so learns the truth; two writers racing with identical bytes
+        could both be told True after a fault, which leaves the object as both wanted."""
+        started, attempt, conflicts, unsure = time.monotonic(), 0, 0, False
+        budget_s = self.client.retry_timeout_ms / 1000
+        while True:
+            self._count("CONDITIONAL_PUT")
             try:
-                with self._errors("PUT", key):
-                    obstore.put(self.store, key, data, mode="create")
+                obstore.put(self._once, key, data, mode="create")
+                return True
             except obx.AlreadyExistsError:
-                return False
+                return unsure and self._holds(key, data)
             except obx.PreconditionError as e:
                 # AWS answers 409 ConditionalRequestConflict while another conditional
                 # write of the key is in flight: its outcome decides ours, so ask again
-                if attempt == _CONFLICT_RETRIES:
+                conflicts += 1
+                if conflicts > _CONFLICT_RETRIES:
                     raise ObjectStoreError(
                         f"{SCHEME}{self.bucket}/{key}: a conditional PUT kept conflicting "
                         f"with other writers ({_first_line(e)}); retry later"
                     ) from None
-                time.sleep(0.05 * (attempt + 1))
-            else:
-                return True
-        raise AssertionError("unreachable")
+                time.sleep(0.05 * conflicts)
+            except (FileNotFoundError, obx.BaseError) as e:
+                spent = time.monotonic() - started
+                last = attempt >= self.client.retries or spent > budget_s
+                if last or not explain(e, self.client, self._where()).transient:
+                    with self._errors("PUT", key, tries=attempt + 1):
+                        raise
+                unsure = True
+                time.sleep(self.client.backoff_s(attempt))
+                attempt += 1
+
+    def _holds(self, key: str, data: bytes) -> bool:
+        """Whether the object at ``key`` holds exactly ``data`` (one GET)."""
+        self._count("GET")
+        try:
+            with self._errors("GET", key):
+                return bytes(obstore.get(self.store, key).bytes()) == data
+        except FileNotFoundError:
+            return False
+
+    def read_ranges(self, path: str, ranges: list[tuple[int, int]]) -> list[bytes]:
+        """Ranged GETs of one object (obstore coalesces nearby ranges into one request)."""
+        if not ranges:
+            return []
+        key = self._key(path)
+        self._count("RANGED_GET", len(ranges))
+        with self._errors("GET", key):
+            got = obstore.get_ranges(
+                self.store, key, starts=[s for s, _ in ranges], ends=[e for _, e in ranges]
+            )
+        return [bytes(b) for b in got]
 
     def open_append(self, path: str) -> AppendFile:
         raise io.UnsupportedOperation(

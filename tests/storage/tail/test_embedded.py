@@ -7,8 +7,6 @@ import shutil
 import threading
 from pathlib import Path
 
-import pyarrow as pa
-
 from sparklog.storage import names
 from sparklog.storage.log import PartitionLog
 from sparklog.storage.records import make_records
