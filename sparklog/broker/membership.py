@@ -356,7 +356,7 @@ class ClusterMember:
             plog = await loop.run_in_executor(
                 self._pool, self.manager.open_led, p[0], p[1], epoch, fence
             )
-        except SparkLogError as e:
+        except Exception as e:  # any failure: siblings go on; the next view tries again
             log.warning(
                 "broker %d: taking %s-%d over at epoch %d failed: %s",
                 self.node_id,
@@ -364,6 +364,7 @@ class ClusterMember:
                 p[1],
                 epoch,
                 e,
+                exc_info=not isinstance(e, SparkLogError),
             )
             return
         self.manager.install(p[0], p[1], plog, epoch)

@@ -2,25 +2,30 @@
 
 Keys (under the cluster prefix, ``Coordination.key``)::
 
-    tail/<topic>/<partition>/epoch            "00000000007": the leader epoch that may commit
+    tail/<topic>/<partition>/epoch            "00000000007/<token>": the claim that may commit
+                                              (its leader epoch and a token of its own)
     tail/<topic>/<partition>/c/<next offset>  a committed chunk (``TailEntry`` JSON), keyed by
                                               the offset after its last record (20 digits)
 
 Who writes what, under which epoch:
 - ``claim`` (a take-over at leader epoch E, before anything else touches the partition):
-  one transaction that, if the epoch key holds an epoch below E (or is absent), sets it to
-  E and reads every chunk. From then on no broker with an older epoch can commit a chunk
+  one transaction that, if the epoch key holds an epoch not above E (or is absent), sets
+  it to E and a new token and reads every chunk. The token fences an earlier claim of the
+  same epoch too: a broker that lost its etcd lease and takes the same assignment over
+  again must not have a round of its earlier tail, still in flight, land after the claim
+  read the tail. From then on no broker with an older epoch can commit a chunk
   of the partition, and the new leader holds exactly the committed tail: no round of the
   old leader lands between the two.
 - ``commit`` (a round): one transaction per at most ``TXN_OPS`` partitions that compares
-  each partition's epoch key with the epoch the broker leads it at and puts the round's
-  chunks. It is all or nothing: a failed compare commits none, the refused partitions are
-  found from the failure branch's reads, and the round is committed again without them.
+  each partition's epoch key with the claim the chunks were cut under (``TailEntry.claim``)
+  and puts the round's chunks. It is all or nothing: a failed compare commits none, the
+  refused partitions are found from the failure branch's reads, and the round is
+  committed again without them.
   This transaction is the acknowledgement's commit *and* its fence: it replaces the
   local log's fsync plus leadership read. Putting a chunk again (a retry whose first answer
   was lost) puts the same key, so retries are safe.
 - ``drop`` (after a seal, by the leader): deletes the chunks the sealed segments hold,
-  compared with the leader's epoch.
+  compared with the leader's claim.
 - the controller's ``referenced_objects`` reads every chunk to collect rounds nobody
   references (``sparklog.storage.tail.gc``).
 
@@ -34,9 +39,11 @@ Threads: the etcd calls run on the tail's own event loop thread with its own cli
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import json
 import threading
 import time
+import uuid
 from collections import defaultdict
 from typing import Any
 
@@ -44,17 +51,22 @@ import aetcd
 
 from sparklog.cluster.coordination import TXN_OPS, Coordination
 from sparklog.cluster.etcd import EtcdSettings
-from sparklog.errors import LeaseLostError, NotLeaderError, SparkLogError
+from sparklog.errors import CoordinationError, LeaseLostError, NotLeaderError, SparkLogError
 from sparklog.storage import names
 from sparklog.storage.fs import FileSystem
-from sparklog.storage.tail.objects import TailEntry
+from sparklog.storage.tail.objects import Claimed, TailEntry
 
 TopicPartition = tuple[str, int]
 _CALL_TIMEOUT_S = 10.0
 
 
-def _epoch_value(epoch: int) -> bytes:
-    return f"{epoch:011d}".encode()
+def _claim_value(epoch: int, token: str) -> bytes:
+    """The epoch key's value: the claim's leader epoch (11 digits) and its token."""
+    return f"{epoch:011d}/{token}".encode()
+
+
+def _epoch_of(value: bytes) -> int:
+    return int(value.split(b"/", 1)[0])
 
 
 class EtcdTail:
@@ -80,7 +92,16 @@ class EtcdTail:
         self.transactions = 0
 
     def _run(self, coro: Any) -> Any:
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(_CALL_TIMEOUT_S)
+        """``coro`` on the tail's loop; ``CoordinationError`` if it does not end in time
+        (it is cancelled: a late commit or drop must not land after the caller gave up)."""
+        fut = asyncio.run_coroutine_threadsafe(coro, self.loop)
+        try:
+            return fut.result(_CALL_TIMEOUT_S)
+        except concurrent.futures.TimeoutError:
+            fut.cancel()
+            raise CoordinationError(
+                f"etcd did not answer a tail call within {_CALL_TIMEOUT_S:.0f} s"
+            ) from None
 
     def _epoch_key(self, topic: str, partition: int) -> bytes:
         return self.coord.key("tail", topic, partition, "epoch")
@@ -131,13 +152,12 @@ class EtcdTail:
         self, group: list[TopicPartition], by_tp: dict[TopicPartition, list[TailEntry]]
     ) -> dict[TopicPartition, SparkLogError]:
         epochs = {tp: by_tp[tp][0].epoch for tp in group}
+        claims = {tp: _claim_value(by_tp[tp][0].epoch, by_tp[tp][0].claim) for tp in group}
         keys = {tp: self._epoch_key(*tp) for tp in group}
 
         async def txn(c: aetcd.Client) -> Any:
             return await c.transaction(
-                compare=[
-                    c.transactions.value(keys[tp]) == _epoch_value(epochs[tp]) for tp in group
-                ],
+                compare=[c.transactions.value(keys[tp]) == claims[tp] for tp in group],
                 success=[
                     c.transactions.put(self._chunk_key(e), e.to_json())
                     for tp in group
@@ -152,30 +172,33 @@ class EtcdTail:
             return {}
         refused: dict[TopicPartition, SparkLogError] = {}
         for tp, got in zip(group, resp, strict=True):
-            now = int(got[0][0]) if got else None
-            if now != epochs[tp]:
+            now = bytes(got[0][0]) if got else None
+            if now != claims[tp]:
                 refused[tp] = NotLeaderError(
-                    f"{tp[0]}-{tp[1]}: leader epoch {epochs[tp]} fenced in etcd "
-                    f"(now {'unclaimed' if now is None else now})"
+                    f"{tp[0]}-{tp[1]}: the tail claim of leader epoch {epochs[tp]} fenced in "
+                    f"etcd (now {'unclaimed' if now is None else f'epoch {_epoch_of(now)}'})"
                 )
-        if not refused:  # the epochs changed back? never: epochs only grow
-            raise SparkLogError("a tail round commit failed with every epoch in place")
+        if not refused:  # a claim never comes back: each has a token of its own
+            raise SparkLogError("a tail round commit failed with every claim in place")
         return refused
 
     # ------------------------------------------------------------------ take-over, drop
 
-    def claim(self, topic: str, partition: int, epoch: int) -> list[TailEntry]:
-        """Fence every older epoch of the partition and read its committed tail (module
-        docstring); ``LeaseLostError`` if a newer epoch claimed it already."""
-        return list(self._run(self._claim(topic, partition, epoch)))
+    def claim(self, topic: str, partition: int, epoch: int) -> Claimed:
+        """Fence every earlier claim of the partition (of an older epoch, or of this one by
+        an earlier take-over) and read its committed tail (module docstring);
+        ``LeaseLostError`` if a newer epoch claimed it already."""
+        token = uuid.uuid4().hex
+        entries = self._run(self._claim(topic, partition, epoch, token))
+        return Claimed(list(entries), token)
 
-    async def _claim(self, topic: str, partition: int, epoch: int) -> list[TailEntry]:
+    async def _claim(self, topic: str, partition: int, epoch: int, token: str) -> list[TailEntry]:
         key = self._epoch_key(topic, partition)
         prefix = self._chunk_prefix(topic, partition)
         end = prefix[:-1] + b"0"  # the key after every "c/..." key ("/" + 1)
         for _ in range(20):
             current = await self.coord.get(key)
-            now = int(current) if current is not None else None
+            now = _epoch_of(current) if current is not None else None
             if now is not None and now > epoch:
                 raise LeaseLostError(
                     f"{topic}-{partition}: leader epoch {now} claimed the tail before {epoch}"
@@ -190,7 +213,7 @@ class EtcdTail:
                 return await c.transaction(
                     compare=[cmp],
                     success=[
-                        c.transactions.put(key, _epoch_value(epoch)),
+                        c.transactions.put(key, _claim_value(epoch, token)),
                         c.transactions.get(prefix, range_end=end),
                     ],
                     failure=[],
@@ -201,19 +224,19 @@ class EtcdTail:
                 return [TailEntry.from_json(bytes(v)) for v, _meta in resp[1]]
         raise LeaseLostError(f"{topic}-{partition}: the tail claim kept racing")
 
-    def drop(self, topic: str, partition: int, epoch: int, through: int) -> bool:
+    def drop(self, topic: str, partition: int, epoch: int, claim: str, through: int) -> bool:
         """Delete the chunks ending at or below offset ``through`` (sealed), if the
-        partition is still ours at ``epoch``; False if it is not."""
-        return bool(self._run(self._drop(topic, partition, epoch, through)))
+        partition's tail is still under ``claim`` of ``epoch``; False if it is not."""
+        return bool(self._run(self._drop(topic, partition, _claim_value(epoch, claim), through)))
 
-    async def _drop(self, topic: str, partition: int, epoch: int, through: int) -> bool:
+    async def _drop(self, topic: str, partition: int, claim: bytes, through: int) -> bool:
         key = self._epoch_key(topic, partition)
         prefix = self._chunk_prefix(topic, partition)
         end = prefix + f"{through + 1:020d}".encode()
 
         async def txn(c: aetcd.Client) -> Any:
             return await c.transaction(
-                compare=[c.transactions.value(key) == _epoch_value(epoch)],
+                compare=[c.transactions.value(key) == claim],
                 success=[c.transactions.delete(prefix, range_end=end)],
                 failure=[],
             )

@@ -27,22 +27,38 @@ def tails(etcd: EtcdCluster, tmp_path: Path) -> Iterator[tuple[EtcdTail, EtcdTai
     b.close()
 
 
-def _entry(partition: int, epoch: int, next_offset: int, obj: str = "wal/n1/x.wal") -> TailEntry:
+def _entry(
+    partition: int, epoch: int, next_offset: int, claim: str, obj: str = "wal/n1/x.wal"
+) -> TailEntry:
     start = 16 + 100 * (next_offset - 10)
     return TailEntry("t", partition, epoch, "s.arrow", start, start + 1000, next_offset - 10,
-                     next_offset, obj, 0)  # fmt: skip
+                     next_offset, obj, 0, claim)  # fmt: skip
 
 
 def test_a_newer_claim_fences_the_old_leaders_commits(tails: tuple[EtcdTail, EtcdTail]) -> None:
     old, new = tails
-    assert old.claim("t", 0, 3) == []
-    first = _entry(0, 3, 10)
+    claimed = old.claim("t", 0, 3)
+    assert claimed.entries == []
+    first = _entry(0, 3, 10, claimed.token)
     assert old.commit(1, [first]) == {}
-    assert new.claim("t", 0, 4) == [first]  # exactly what was committed
-    refused = old.commit(2, [_entry(0, 3, 20)])
+    assert new.claim("t", 0, 4).entries == [first]  # exactly what was committed
+    refused = old.commit(2, [_entry(0, 3, 20, claimed.token)])
     assert isinstance(refused[("t", 0)], NotLeaderError)
-    assert not old.drop("t", 0, 3, 100)
-    assert new.claim("t", 0, 4) == [first]  # nothing of the zombie landed
+    assert not old.drop("t", 0, 3, claimed.token, 100)
+    assert new.claim("t", 0, 4).entries == [first]  # nothing of the zombie landed
+
+
+def test_a_second_claim_of_the_same_epoch_fences_the_first(
+    tails: tuple[EtcdTail, EtcdTail],
+) -> None:
+    """A broker that lost its etcd lease and takes the same assignment over again: a round
+    of its earlier tail still in flight must not land after the new claim read the tail."""
+    leader, _ = tails
+    earlier = leader.claim("t", 0, 5)
+    later = leader.claim("t", 0, 5)
+    refused = leader.commit(1, [_entry(0, 5, 10, earlier.token)])
+    assert isinstance(refused[("t", 0)], NotLeaderError)
+    assert leader.commit(2, [_entry(0, 5, 10, later.token)]) == {}
 
 
 def test_an_older_claim_after_a_newer_one_is_refused(tails: tuple[EtcdTail, EtcdTail]) -> None:
@@ -56,19 +72,19 @@ def test_a_round_over_many_partitions_commits_in_several_transactions(
     tails: tuple[EtcdTail, EtcdTail],
 ) -> None:
     leader, _ = tails
-    for p in range(300):
-        leader.claim("t", p, 1)
+    tokens = {p: leader.claim("t", p, 1).token for p in range(300)}
     before = leader.transactions
-    assert leader.commit(1, [_entry(p, 1, 10) for p in range(300)]) == {}
+    assert leader.commit(1, [_entry(p, 1, 10, tokens[p]) for p in range(300)]) == {}
     assert leader.transactions - before >= 3
-    assert all(leader.claim("t", p, 1) == [_entry(p, 1, 10)] for p in (0, 150, 299))
+    assert all(leader.claim("t", p, 1).entries == [_entry(p, 1, 10, tokens[p])]
+               for p in (0, 150, 299))  # fmt: skip
 
 
 def test_a_drop_deletes_the_sealed_chunks_only(tails: tuple[EtcdTail, EtcdTail]) -> None:
     leader, _ = tails
-    leader.claim("t", 0, 1)
-    chunks = [_entry(0, 1, n, f"wal/n1/{n}.wal") for n in (10, 20, 30)]
+    token = leader.claim("t", 0, 1).token
+    chunks = [_entry(0, 1, n, token, f"wal/n1/{n}.wal") for n in (10, 20, 30)]
     leader.commit(1, chunks)
     assert leader.referenced_objects() >= {c.object for c in chunks}
-    assert leader.drop("t", 0, 1, 20)
-    assert leader.claim("t", 0, 1) == [chunks[2]]
+    assert leader.drop("t", 0, 1, token, 20)
+    assert leader.claim("t", 0, 1).entries == [chunks[2]]

@@ -18,16 +18,17 @@ Pieces (design and reasons: docs/object-storage.md):
 from __future__ import annotations
 
 import contextlib
+import threading
 from typing import Protocol
 
 from sparklog.errors import SparkLogError
 from sparklog.storage.active import ActiveSegment
 from sparklog.storage.checkpoints import LogPosition
 from sparklog.storage.manifest import Manifest
-from sparklog.storage.tail.objects import TailEntry
+from sparklog.storage.tail.objects import Claimed, TailEntry
 from sparklog.storage.tail.rounds import PartitionTail, RoundWriter, TailCommitter
 
-__all__ = ["BrokerTail", "LogTail", "PartitionTail", "TailEntry", "TailStore"]
+__all__ = ["BrokerTail", "Claimed", "LogTail", "PartitionTail", "TailEntry", "TailStore"]
 
 
 class TailStore(TailCommitter, Protocol):
@@ -35,13 +36,14 @@ class TailStore(TailCommitter, Protocol):
 
     writer: str
 
-    def claim(self, topic: str, partition: int, epoch: int) -> list[TailEntry]:
-        """Fence older writers of the partition (a cluster's take-over) and return its
-        committed chunks."""
+    def claim(self, topic: str, partition: int, epoch: int) -> Claimed:
+        """Fence older writers of the partition (a cluster's take-over: every earlier
+        claim, of an older epoch or of this one) and return its committed chunks."""
         ...
 
-    def drop(self, topic: str, partition: int, epoch: int, through: int) -> bool:
-        """Forget the chunks that end at or below offset ``through`` (sealed)."""
+    def drop(self, topic: str, partition: int, epoch: int, claim: str, through: int) -> bool:
+        """Forget the chunks that end at or below offset ``through`` (sealed), if the
+        claim is still the partition's."""
         ...
 
 
@@ -58,6 +60,8 @@ class BrokerTail:
         max_in_flight: int = 4,
     ) -> None:
         self.store = store
+        self._lock = threading.Lock()
+        self._tokens: dict[tuple[str, int], str] = {}
         self.rounds = RoundWriter(
             store,
             flush_ms=flush_ms,
@@ -68,24 +72,30 @@ class BrokerTail:
         )
 
     def claim(self, topic: str, partition: int, epoch: int) -> list[TailEntry]:
-        return self.store.claim(topic, partition, epoch)
+        """The store's claim (``TailStore.claim``); its token is kept for ``register``."""
+        got = self.store.claim(topic, partition, epoch)
+        with self._lock:
+            self._tokens[(topic, partition)] = got.token
+        return got.entries
 
     def register(
         self, topic: str, partition: int, epoch: int, active: ActiveSegment
     ) -> PartitionTail:
         """The log's place in the rounds, from its active segment's end (all committed:
-        the log just opened from the committed tail)."""
+        the log just opened from the committed tail), under the partition's last claim."""
         committed = LogPosition(active.base_offset, active.size, active.next_offset)
-        return self.rounds.register(topic, partition, epoch, active, committed)
+        with self._lock:
+            token = self._tokens.pop((topic, partition), "")
+        return self.rounds.register(topic, partition, epoch, active, committed, token)
 
     def attach(self, topic: str, partition: int, epoch: int, active: ActiveSegment) -> LogTail:
         """A log's link to this tail (``register``, with the drops of its seals)."""
         return LogTail(self, self.register(topic, partition, epoch, active))
 
-    def drop(self, topic: str, partition: int, epoch: int, through: int) -> None:
+    def drop(self, topic: str, partition: int, epoch: int, claim: str, through: int) -> None:
         # a chunk not dropped is dropped by the next seal's drop, or the next leader's
         with contextlib.suppress(SparkLogError):
-            self.store.drop(topic, partition, epoch, through)
+            self.store.drop(topic, partition, epoch, claim, through)
 
     def close(self) -> None:
         self.rounds.close()
@@ -112,4 +122,4 @@ class LogTail:
         through = next((s.base_offset for s in manifest.segments if not s.sealed), None)
         if through is not None:
             t = self.tail
-            self.broker.drop(t.topic, t.partition, t.epoch, through)
+            self.broker.drop(t.topic, t.partition, t.epoch, t.claim, through)

@@ -32,6 +32,7 @@ from sparklog.storage.fs import FileSystem
 from sparklog.storage.tail.objects import (
     DIRECTORY_PROBE,
     HEAD_SIZE,
+    Claimed,
     RoundDirectory,
     TailEntry,
     decode_directory,
@@ -100,11 +101,11 @@ class EmbeddedTail:
         self._seq = seq + 1
         return {}
 
-    def claim(self, topic: str, partition: int, epoch: int) -> list[TailEntry]:
+    def claim(self, topic: str, partition: int, epoch: int) -> Claimed:
         with self._lock:
-            return list(self._index.get((topic, partition), []))
+            return Claimed(list(self._index.get((topic, partition), [])))
 
-    def drop(self, topic: str, partition: int, epoch: int, through: int) -> bool:
+    def drop(self, topic: str, partition: int, epoch: int, claim: str, through: int) -> bool:
         """Forget the chunks of ``topic-partition`` below offset ``through`` (sealed);
         delete objects left with none."""
         key = (topic, partition)

@@ -14,7 +14,7 @@ writer ``n<node id>`` in a cluster, ``embedded`` otherwise). Format, little-endi
     | directory: UTF-8 JSON | chunk bytes, one after another
 
     directory = {"format": 1, "writer": "n1", "seq": 17, "created_ms": ...,
-                 "chunks": [{"topic": "t", "partition": 0, "epoch": 4,
+                 "chunks": [{"topic": "t", "partition": 0, "epoch": 4, "claim": "9f2c...",
                              "segment": "00000000000000001000-e00000000004.arrow",
                              "start": 16, "end": 4112, "base": 1000, "next": 1090,
                              "at": 230}, ...]}
@@ -65,6 +65,9 @@ class TailEntry:
     #: the object, relative to the storage root (``wal/n1/<seq>.wal``)
     object: str
     at: int
+    #: the claim of the partition's tail this chunk was cut under (a cluster broker's
+    #: ``EtcdTail.claim`` token; "" for an embedded broker)
+    claim: str = ""
 
     def to_json(self) -> bytes:
         return json.dumps(asdict(self), separators=(",", ":")).encode()
@@ -72,6 +75,15 @@ class TailEntry:
     @classmethod
     def from_json(cls, data: bytes) -> TailEntry:
         return cls(**json.loads(data))
+
+
+@dataclass(frozen=True)
+class Claimed:
+    """A partition's committed chunks, and the token of the claim that read them: chunks
+    are committed, and dropped, only under it ("" for an embedded broker)."""
+
+    entries: list[TailEntry]
+    token: str = ""
 
 
 @dataclass(frozen=True)

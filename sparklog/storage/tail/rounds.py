@@ -100,11 +100,14 @@ class PartitionTail:
         epoch: int,
         segment: ActiveSegment,
         committed: LogPosition,
+        claim: str = "",
     ) -> None:
         self.writer = writer
         self.topic = topic
         self.partition = partition
         self.epoch = epoch
+        #: the claim its chunks are committed under (``TailEntry.claim``)
+        self.claim = claim
         self._cond = threading.Condition()
         self._segment = segment
         self._committed = committed
@@ -149,6 +152,7 @@ class PartitionTail:
             next_offset,
             object_path,
             0,
+            self.claim,
         )
         return Chunk(entry, data)
 
@@ -269,9 +273,15 @@ class RoundWriter:
     # ------------------------------------------------------------------ partitions
 
     def register(
-        self, topic: str, partition: int, epoch: int, segment: ActiveSegment, committed: LogPosition
+        self,
+        topic: str,
+        partition: int,
+        epoch: int,
+        segment: ActiveSegment,
+        committed: LogPosition,
+        claim: str = "",
     ) -> PartitionTail:
-        tail = PartitionTail(self, topic, partition, epoch, segment, committed)
+        tail = PartitionTail(self, topic, partition, epoch, segment, committed, claim)
         with self._cond:
             old = self._tails.get(tail.key)
             self._tails[tail.key] = tail
@@ -405,8 +415,8 @@ class RoundWriter:
                 self._cond.notify_all()
             for entry in r.entries:
                 owner = tails.get((entry.topic, entry.partition))
-                if owner is not None and owner.epoch == entry.epoch:
-                    owner.advanced(entry)
+                if owner is not None and (owner.epoch, owner.claim) == (entry.epoch, entry.claim):
+                    owner.advanced(entry)  # (a chunk of an earlier claim's tail: not its)
 
     def _refuse(self, refused: dict[TopicPartition, SparkLogError]) -> None:
         for key, error in refused.items():

@@ -82,7 +82,7 @@ def test_a_seal_drops_its_chunks_and_their_objects(s3_root: S3Root, tmp_path: Pa
         assert s3_root.s3.listdir(wal)
         plog.roll()  # seals
         assert s3_root.s3.listdir(wal) == []
-        assert tail.store.claim("t", 0, -1) == []
+        assert tail.store.claim("t", 0, -1).entries == []
         sealed = [s for s in plog.manifest.segments if s.sealed]
         assert sealed and s3_root.s3.exists(s3_root.s3.join(plog.path, sealed[0].name))
         plog.append(make_records([b"z"]))
