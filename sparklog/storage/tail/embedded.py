@@ -4,14 +4,16 @@ With no etcd, an embedded broker (one per storage root) commits a round by creat
 object: ``<root>/wal/embedded/<seq>.wal`` with create-if-absent, ``seq`` the next number
 after the last round (``names.wal_object``: dense, starting at 0). Rounds are uploaded one
 at a time, in order (``ordered``), and a failed upload is retried under the same number,
-so the numbers have no holes.
+so the numbers are written without holes (``drop`` later deletes rounds whose chunks were
+all sealed).
 
 Who writes what: only the root's embedded broker writes ``wal/embedded/``. Two of them on
 one root (a misconfiguration the owner record and the local lease do not catch across
 machines) cannot interleave unnoticed: each round is the next number, and the second
 writer's create of a number the other made fails. A failed create whose object holds this
 process's incarnation (a retry after a lost answer) is this broker's own round: its chunks
-are committed, and the round is cut again past them; one holding another incarnation is
+are committed, and the next round, cut again from the committed position, overlaps them
+(a rebuild takes each byte once); one holding another incarnation is
 another writer, and the broker stops acknowledging (``ForeignWriterError``).
 
 The index of committed chunks is rebuilt at start: one LIST of ``wal/embedded/`` and one

@@ -190,8 +190,8 @@ class PartitionTail:
 
     def wait(self, next_offset: int) -> LogPosition:
         """Block until every offset below ``next_offset`` is committed; the committed
-        position. Raises the partition's error, or ``TailUnavailableError`` once nothing
-        was committed for ``timeout_ms``."""
+        position. Raises the partition's error, or ``TailUnavailableError`` if that has
+        not happened within ``timeout_ms`` of the call."""
         timeout = self.writer.timeout_ms / 1000
         with self._cond:
             began = time.monotonic()
