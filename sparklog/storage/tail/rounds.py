@@ -18,10 +18,10 @@ uploads in order (``ordered``) gets one upload at a time.
 Failures:
 - a round whose upload or commit fails is dropped with every round cut after it; each
   partition's next round starts again from its committed position, so the bytes are
-  taken again (the segment file still holds them). Waiters keep waiting; after
-  ``timeout_ms`` without a commit they fail with ``TailUnavailableError`` (the records may
+  taken again (the segment file still holds them). Waiters keep waiting; ``timeout_ms``
+  after they began, uncommitted, they fail with ``TailUnavailableError`` (the records may
   still be committed later: their producer retries, and an idempotent one is deduplicated);
-- a commit that finds a partition fenced (another leader's epoch) fails that partition's
+- a commit that finds a partition fenced (another claim of its tail) fails that partition's
   waiters with the committer's error and stops taking its bytes; the round is committed
   again without it;
 - a committer that finds another writer of its rounds (``ForeignWriterError``: two
