@@ -144,3 +144,20 @@ def record_batch(
         base_sequence=base_sequence,
         codec=compression_type,
     )
+
+
+def fetch_partition0(bootstrap: str, topic: str) -> Any:
+    """The response partition of a raw Fetch v12 of ``topic``'s partition 0 from offset 0
+    (its ``error_code`` and ``records``)."""
+    with KafkaClient(bootstrap) as c:
+        r = c.request(wire.ApiKey.FETCH, 12, {
+            "replica_id": -1, "max_wait": 0, "min_bytes": 0, "max_bytes": 1 << 20,
+            "isolation_level": 0, "session_id": 0, "session_epoch": -1, "topics": [
+                {"topic": topic, "partitions": [
+                    {"partition": 0, "current_leader_epoch": -1, "fetch_offset": 0,
+                     "last_fetched_epoch": -1, "log_start_offset": -1,
+                     "partition_max_bytes": 1 << 20}]}],
+            "forgotten_topics_data": [], "rack_id": "",
+        })  # fmt: skip
+    (part,) = r.responses[0].partitions
+    return part

@@ -25,13 +25,12 @@ import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from sparklog.kafka import wire
-from sparklog.kafka.client import KafkaClient
 from sparklog.kafka.records import split_batches
 from sparklog.storage import Storage
 
 from .clients import KCAT, Client, KafkaPython, Kcat, Start, deadline_loop
 from .conftest import BrokerProcess
+from .rawclient import fetch_partition0
 
 CODEC_BITS = {"none": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
 COUNT = 100
@@ -104,17 +103,7 @@ def produced(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess
 
 def _fetch(bootstrap: str, topic: str) -> bytes:
     """The record batches of a raw Fetch v12 of ``topic``'s partition 0 from offset 0."""
-    with KafkaClient(bootstrap) as c:
-        r = c.request(wire.ApiKey.FETCH, 12, {
-            "replica_id": -1, "max_wait": 0, "min_bytes": 0, "max_bytes": 1 << 20,
-            "isolation_level": 0, "session_id": 0, "session_epoch": -1, "topics": [
-                {"topic": topic, "partitions": [
-                    {"partition": 0, "current_leader_epoch": -1, "fetch_offset": 0,
-                     "last_fetched_epoch": -1, "log_start_offset": -1,
-                     "partition_max_bytes": 1 << 20}]}],
-            "forgotten_topics_data": [], "rack_id": "",
-        })  # fmt: skip
-    (part,) = r.responses[0].partitions
+    part = fetch_partition0(bootstrap, topic)
     assert int(part.error_code) == 0
     return bytes(part.records or b"")
 

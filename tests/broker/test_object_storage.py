@@ -15,14 +15,13 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from kio.schema.errors import ErrorCode
 
-from sparklog.kafka import wire
-from sparklog.kafka.client import KafkaClient
 from sparklog.storage import names
 from sparklog.storage.fs.s3 import S3FileSystem
 from sparklog_testkit.processes import BrokerProcess
 from sparklog_testkit.s3proxy import S3FaultProxy
 
 from ..support.s3 import SeaweedS3
+from .rawclient import fetch_partition0
 
 
 @pytest.fixture
@@ -139,22 +138,6 @@ def test_cluster_mode_refuses_a_store_without_atomic_create(s3_server: SeaweedS3
     check_atomic_create(s3, f"{s3_server.bucket}/{uuid.uuid4().hex}", "s3://bucket/x")
 
 
-def _fetch_error(bootstrap: str, topic: str) -> int:
-    """The error code of a raw Fetch v12 of ``topic``'s partition 0 from offset 0."""
-    with KafkaClient(bootstrap) as c:
-        r = c.request(wire.ApiKey.FETCH, 12, {
-            "replica_id": -1, "max_wait": 0, "min_bytes": 0, "max_bytes": 1 << 20,
-            "isolation_level": 0, "session_id": 0, "session_epoch": -1, "topics": [
-                {"topic": topic, "partitions": [
-                    {"partition": 0, "current_leader_epoch": -1, "fetch_offset": 0,
-                     "last_fetched_epoch": -1, "log_start_offset": -1,
-                     "partition_max_bytes": 1 << 20}]}],
-            "forgotten_topics_data": [], "rack_id": "",
-        })  # fmt: skip
-    (part,) = r.responses[0].partitions
-    return int(part.error_code)
-
-
 def test_a_fetch_the_failing_store_cannot_serve_answers_kafka_storage_error(
     s3_server: SeaweedS3, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -179,6 +162,9 @@ def test_a_fetch_the_failing_store_cannot_serve_answers_kafka_storage_error(
                 time.sleep(0.3)
             time.sleep(2)  # the sealed cache file is collected; its records are in the bucket
             proxy.error(500)
-            assert _fetch_error(broker.bootstrap, "sealed") == ErrorCode.kafka_storage_error
+            assert (
+                int(fetch_partition0(broker.bootstrap, "sealed").error_code)
+                == ErrorCode.kafka_storage_error
+            )
             proxy.pass_through()
-            assert _fetch_error(broker.bootstrap, "sealed") == 0
+            assert int(fetch_partition0(broker.bootstrap, "sealed").error_code) == 0
