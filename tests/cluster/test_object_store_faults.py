@@ -7,7 +7,6 @@ every acknowledged record was read exactly once, at the offset it was acknowledg
 from __future__ import annotations
 
 import time
-import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -19,7 +18,7 @@ from sparklog_testkit.processes import BrokerCluster, EtcdCluster
 from sparklog_testkit.s3proxy import S3FaultProxy
 
 from ..support.s3 import SeaweedS3
-from .helpers import create_topic
+from .helpers import broker_logs, s3_cluster_with_topic
 
 TOPIC = "events"
 PARTITIONS = 4
@@ -28,17 +27,14 @@ TTL_MS = 2000
 
 @pytest.fixture
 def proxied(
-    etcd: EtcdCluster, s3_server: SeaweedS3, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    etcd: EtcdCluster, s3_server: SeaweedS3, tmp_path: Path
 ) -> Iterator[tuple[BrokerCluster, S3FaultProxy]]:
     with S3FaultProxy(s3_server.endpoint) as proxy:
-        for k, v in proxy.env(s3_server.env()).items():
-            monkeypatch.setenv(k, v)  # the brokers inherit them: they reach S3 by the proxy
-        root = f"s3://{s3_server.bucket}/{uuid.uuid4().hex}"
-        c = BrokerCluster(root, etcd.endpoints, 3, lease_ttl_ms=TTL_MS)
-        for i, b in c.brokers.items():
-            b.extra = (*b.extra, "--cache-dir", str(tmp_path / f"cache{i}"), "--flush-ms", "25")
-        with c:
-            create_topic(c.bootstrap, TOPIC, PARTITIONS)
+        via = proxy.env(s3_server.env())  # every broker reaches S3 through the proxy
+        with s3_cluster_with_topic(
+            etcd, s3_server, tmp_path, TOPIC, PARTITIONS, lease_ttl_ms=TTL_MS,
+            env=dict.fromkeys((1, 2, 3), via),
+        ) as c:  # fmt: skip
             yield c, proxy
 
 
@@ -62,8 +58,7 @@ def run_with_fault(
         assert report.valid, report.summary()
     finally:
         work.stop()
-        logs = "\n".join(f"[{i}] {ln}" for i, b in cluster.brokers.items() for ln in b.lines)
-        (tmp_path / "brokers.log").write_text(logs)
+        broker_logs(cluster, tmp_path / "brokers.log")
 
 
 def test_puts_answered_503_for_a_while_lose_nothing(
