@@ -2,7 +2,8 @@
 
 Rules, for one partition directory (``collect_garbage``):
 
-- A segment file (and its ``.index``/``.timeindex``) named by the latest manifest is live.
+- A segment file (and its ``.index``/``.timeindex``) named by the latest manifest, or in
+  ``keep`` (the writer's own manifest: segments of rolls not committed yet), is live.
 - A segment file named by an older, still-present manifest version but not by the latest
   was *dereferenced* when the first version without it was committed; it is deleted once
   that is ``file.delete.delay.ms`` old, so readers holding the older version finish.
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+from collections.abc import Collection
 from dataclasses import dataclass, field
 
 from sparklog.errors import CorruptMetadataError
@@ -45,13 +47,14 @@ def collect_garbage(
     delete_delay_ms: int,
     orphan_grace_ms: int,
     keep_versions: int = KEEP_VERSIONS,
+    keep: Collection[str] = (),
 ) -> GcReport:
     report = GcReport()
     versions = store.files.versions()
     if not versions:
         return report
     latest = store.read(versions[-1])
-    live = latest.names()
+    live = latest.names() | set(keep)
     # name -> commit time of the first version (after its last mention) that dropped it
     dereferenced_at: dict[str, int] = {}
     manifests = []

@@ -15,9 +15,11 @@ Roll (crash points in brackets; what ``open`` does after a crash there):
   2. commit ``Roll``: A rolled (its end and size), B active
      [roll.after_commit: A is sealed on open, B is the active segment]
   3. move the high watermark into B; snapshot the producer state (it covers A's end).
-Seal of a rolled segment A: ``sparklog.storage.sealing`` (the log's ``Sealer``; after a
-roll triggered by ``append`` it runs on a background thread, ``roll()`` seals before
-returning).
+On object storage step 1 waits for A's bytes to be committed to the tail, step 2 commits
+nothing and step 3's snapshot goes to A's Parquet footer: A's seal carries both, in its
+one manifest version and its one Parquet PUT (``sparklog.storage.rolls``).
+Seal of a rolled segment A: ``sparklog.storage.sealing`` (the log's ``Sealer``: on a
+background thread after a roll by ``append``; ``roll()`` seals before it returns).
 Segment swaps of other processes (retention and compaction jobs commit ``DropSegments`` and
 ``Compact`` themselves) reach the log through ``refresh``.
 
@@ -50,6 +52,7 @@ from sparklog.storage.manifest import Manifest, ManifestStore, SegmentInfo
 from sparklog.storage.producers import ProducerBatch, ProducerStates, write_snapshot
 from sparklog.storage.reader import DEFAULT_MAX_BYTES, LogView
 from sparklog.storage.records import AppendResult, marker_batch, normalize, payload_bytes
+from sparklog.storage.rolls import PendingRolls
 from sparklog.storage.sealed import ROW_GROUP_ROWS, SealedSegment
 from sparklog.storage.sealing import Sealer
 from sparklog.storage.tail import BrokerTail, LogTail
@@ -94,6 +97,7 @@ class PartitionLog:
             label=label,
         )
         self._producers = ProducerStates()
+        self._rolls = PendingRolls()  # object storage: rolls the next commit carries
         #: cluster mode: the leader epoch that names the files this writer creates
         self._segment_epoch = found.active_epoch
         self._fence = fence
@@ -145,13 +149,12 @@ class PartitionLog:
     ) -> PartitionLog:
         """Recover the partition (``sparklog.storage.recovery``) and open it for writing.
 
-        Cluster mode (``leader_epoch``: the one the controller assigned) takes the partition
-        over first (``recovery.take_over``). Every group-commit round calls ``fence`` after
-        its fsync, before the high watermark moves: it raises once another broker leads.
-
-        On object storage (``tail``: the broker's, and ``fs`` its tiered filesystem) the
-        cache is rebuilt from the committed tail first (``recovery.open_partition``), and
-        every round commits through the tail instead of an fsync and the fence."""
+        Cluster mode (``leader_epoch``, the controller's) takes the partition over first
+        (``recovery.take_over``); each group-commit round calls ``fence`` after its fsync,
+        before the high watermark moves: it raises once another broker leads. On object
+        storage (``tail``: the broker's; ``fs`` its tiered filesystem) the cache is rebuilt
+        from the committed tail first (``recovery.open_partition``), and every round
+        commits through the tail instead of an fsync and the fence."""
         config = config or TopicConfig()
         path = names.partition_dir(root, topic, partition)
         label = f"{topic}-{partition}"
@@ -178,6 +181,7 @@ class PartitionLog:
             log_start_offset=plog.log_start_offset,
             high_watermark=plog.high_watermark,
             batches=lambda start, columns: plog.batches(start, columns=columns),
+            manifest=plog.manifest,
         )
         if plog._producers.txn_version or txnindex.has_index(fs, path):
             plog._write_txn_index(force=True)
@@ -226,8 +230,7 @@ class PartitionLog:
         return int(self._clock() * 1000)
 
     def reconfigure(self, config: TopicConfig) -> None:
-        """Use the topic's changed configs from the next append on (an active segment's
-        index interval stays until it rolls)."""
+        """Use changed topic configs from the next append (the index interval: next roll)."""
         with self._lock:
             self.config = config
 
@@ -341,8 +344,7 @@ class PartitionLog:
         return seg.legacy or self.config.rolls(seg.size + incoming, age_ms)
 
     def confirm_leadership(self) -> None:
-        """Run the fence (cluster mode; nothing embedded): NotLeaderError once another
-        broker leads this partition."""
+        """Run the fence (cluster mode): NotLeaderError once another broker leads."""
         if self._fence is not None:
             self._fence()
 
@@ -351,8 +353,7 @@ class PartitionLog:
         self._commit.wait(next_offset)
 
     def durable_future(self, next_offset: int) -> Future[None]:
-        """A future resolved once every offset below ``next_offset`` is fsynced (the
-        broker awaits it; fsyncs run on storage's own threads)."""
+        """A future resolved once every offset below ``next_offset`` is fsynced."""
         return self._commit.future(next_offset)
 
     def on_durable(self, listener: Callable[[LogPosition], None]) -> None:
@@ -364,10 +365,8 @@ class PartitionLog:
         self.wait_durable(self.log_end_offset)
 
     def _sync_step(self) -> LogPosition:
-        """The group commit's step, run holding the sync token: fsync up to the current end
-        and move the high-watermark checkpoint there. It takes no append lock (a roll holds
-        that while it waits for the token); the active segment cannot change meanwhile,
-        since a roll needs the token, and appends go on during the fsync."""
+        """The group commit's step, run holding the sync token (a roll needs it, so the
+        active segment stays; no append lock): fsync up to the end, move the checkpoint."""
         seg = self._active
         size, next_offset = seg.end
         if self._tail is not None:  # committed in a round, whose commit is also the fence
@@ -436,8 +435,11 @@ class PartitionLog:
                 created_ms=self._manifest.active.created_ms,
             )
             active = SegmentInfo(new.name, new_base, None, created_ms=now_ms)
-            self._commit_fenced(transforms.Roll(rolled, active))
-            crashpoints.hit("roll.after_commit")
+            if self._tail is None:
+                self._commit_fenced(transforms.Roll(rolled, active))
+                crashpoints.hit("roll.after_commit")
+            else:  # the seal's commit carries it (sparklog.storage.rolls)
+                self._manifest = self._rolls.add(transforms.Roll(rolled, active), self._manifest)
             self._active = new
             if self._tail is not None:
                 self._tail.switch(new)
@@ -447,14 +449,15 @@ class PartitionLog:
             self._checkpoints.recovery_point(position)
             moved_to(position)
             # everything below new_base is durable: a replay after a crash starts here
-            write_snapshot(self.fs, self.path, self._producers)
+            self._sealer.snapshot_at_roll(old.name, self._producers)
 
     # ------------------------------------------------------------------ manifest changes
 
     def bump_leader_epoch(self) -> int:
         """Start a new leader epoch at the log end offset (``WriterEpochs.bump``)."""
         with self._lock:
-            self._manifest = self.epochs.bump(self._manifest, self.log_end_offset)
+            bumped = self.epochs.bump(self._manifest, self.log_end_offset)
+            self._manifest = self._rolls.apply(bumped)
             return self.epochs.epoch
 
     def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
@@ -465,7 +468,9 @@ class PartitionLog:
         """Commit a writer's transform (the sealer's too), refused once a newer leader
         epoch committed; the result becomes this log's manifest."""
         with self._lock:
-            self._manifest = self._store.commit(self.epochs.fenced(transform))
+            carried = self._rolls.carried(transform)
+            self._manifest = self._store.commit(self.epochs.fenced(carried))
+            self._rolls.committed()
             return self._manifest
 
     def _commit_seal(self, transform: transforms.Transform) -> Manifest:
@@ -476,16 +481,14 @@ class PartitionLog:
         return manifest
 
     def refresh(self) -> Manifest:
-        """Pick up manifest versions committed by others (compaction, retention jobs).
-
-        Open sealed segments the new version no longer names leave the cache (a view still
-        reading one keeps its own reference; the file stays on disk for
-        ``file.delete.delay.ms``)."""
+        """Pick up manifest versions committed by others (compaction, retention jobs). Open
+        sealed segments the new version no longer names leave the cache (a view reading
+        one keeps its reference; the file stays for ``file.delete.delay.ms``)."""
         with self._lock:
             latest = self._store.latest()
             if latest is not None and latest.version > self._manifest.version:
                 self.epochs.note_newer(latest)
-                self._manifest = latest
+                self._manifest = self._rolls.apply(latest)
                 live = latest.names()
                 for name in [n for n in self._sealed_cache if n not in live]:
                     del self._sealed_cache[name]
@@ -516,6 +519,7 @@ class PartitionLog:
             now_ms=self._now_ms(),
             delete_delay_ms=self.config.file_delete_delay_ms,
             orphan_grace_ms=orphan_grace_ms,
+            keep=self._manifest.names(),  # with segments of rolls not committed yet
         )
 
     # ------------------------------------------------------------------ reads
@@ -555,9 +559,8 @@ class PartitionLog:
     # ------------------------------------------------------------------ close
 
     def abandon(self, error: Exception) -> None:
-        """Give the partition up without writing anything (cluster mode: another broker
-        leads it now): appends still waiting for durability fail with ``error``, files are
-        released, no checkpoint or snapshot is written."""
+        """Give the partition up, writing nothing (another broker leads it now): appends
+        waiting for durability fail with ``error``; files are released."""
         with self._lock:
             if self._closed:
                 return

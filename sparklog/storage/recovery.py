@@ -28,17 +28,24 @@ Take-over (cluster mode, ``take_over``): the broker the controller made leader a
    file afterwards lies past the frozen end, which is all any reader reads.
 A crash between the steps is redone by the next take-over (of this broker at E, or of
 another at E+1): each step checks what the previous one left.
+
+On object storage (``open_partition`` with a tail) the committed tail is claimed and the
+cache rebuilt from it first; segments the tail holds past the manifest's active one are
+rolls the last writer had not committed yet (``sparklog.storage.rolls``): they are
+committed (``transforms.Rolled``; after the ``EpochChange`` of a take-over, fenced by it)
+before the steps above, so recovery finds them named.
 """
 
 from __future__ import annotations
 
+import itertools
 import logging
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 import pyarrow as pa
 
-from sparklog.errors import CorruptMetadataError
+from sparklog.errors import CorruptMetadataError, CorruptSegmentError
 from sparklog.storage import checkpoints, crashpoints, names, transforms
 from sparklog.storage.active import ActiveSegment
 from sparklog.storage.checkpoints import LogPosition
@@ -46,7 +53,9 @@ from sparklog.storage.config import TopicConfig
 from sparklog.storage.fs import FileSystem
 from sparklog.storage.manifest import Manifest, ManifestStore, SegmentInfo
 from sparklog.storage.producers import ProducerStates, read_snapshot
+from sparklog.storage.sealed import PRODUCER_STATE_KEY, SealedSegment
 from sparklog.storage.tail import BrokerTail, rebuild
+from sparklog.storage.versioned import on_object_store
 
 log = logging.getLogger(__name__)
 crashpoints.register("take_over.after_claim")
@@ -190,11 +199,15 @@ def take_over(
     *,
     now_ms: int,
     label: str,
+    tail_rolls: list[str] | None = None,
 ) -> Recovered:
     """Take the partition over at leader epoch ``epoch`` (the module docstring's steps);
-    ``LeaseLostError`` if a newer epoch committed meanwhile."""
+    ``LeaseLostError`` if a newer epoch committed meanwhile. ``tail_rolls``: segments past
+    the active one rebuilt from the tail, whose rolls are committed after the epoch."""
     if store.latest() is not None:
         store.commit(transforms.EpochChange(epoch, label))
+        rolls = tail_rolls or []
+        _commit_tail_rolls(fs, path, config, store, rolls, epoch, now_ms=now_ms, label=label)
     found = recover(fs, path, config, store, now_ms=now_ms, label=label)
     if found.manifest.leader_epoch < epoch:  # a partition no writer had opened
         found.manifest = store.commit(transforms.EpochChange(epoch, label))
@@ -254,13 +267,75 @@ def open_partition(
     (``tail.rebuild.materialize``), so that recovery finds exactly the committed bytes."""
     path = names.partition_dir(root, topic, partition)
     label = f"{topic}-{partition}"
+    later: list[str] = []
     if tail is not None:
         entries = tail.claim(topic, partition, -1 if leader_epoch is None else leader_epoch)
         crashpoints.hit("take_over.after_claim")  # the next take-over claims again
-        rebuild.materialize(fs, root, path, store.latest(), entries)
+        manifest = store.latest()
+        later = rebuild.past_active(manifest, entries)
+        rebuild.materialize(fs, root, path, manifest, entries, also=later)
     if leader_epoch is None:
+        _commit_tail_rolls(fs, path, config, store, later, None, now_ms=now_ms, label=label)
         return recover(fs, path, config, store, now_ms=now_ms, label=label)
-    return take_over(fs, path, config, store, leader_epoch, now_ms=now_ms, label=label)
+    return take_over(
+        fs, path, config, store, leader_epoch, now_ms=now_ms, label=label, tail_rolls=later
+    )
+
+
+def _commit_tail_rolls(
+    fs: FileSystem,
+    path: str,
+    config: TopicConfig,
+    store: ManifestStore,
+    later: list[str],
+    epoch: int | None,
+    *,
+    now_ms: int,
+    label: str,
+) -> None:
+    """Commit the rolls to the segments ``later`` (``rebuild.past_active``, rebuilt in the
+    cache): each segment before one of them rolled at its base, the size and timestamps
+    read from its rebuilt file. A file that does not end where the next segment starts
+    (corrupt) ends the chain there: the segments after it stay unnamed, orphans."""
+    manifest = store.latest()
+    if not later or manifest is None:
+        return
+    chain = [manifest.active.name, *later]
+    created = manifest.active.created_ms
+    rolls: list[transforms.Roll] = []
+    for name, following in itertools.pairwise(chain):
+        seg, _ = ActiveSegment.open(fs, path, name, config.index_interval_bytes)
+        seg.close()
+        parsed = names.parse_segment_name(following)
+        assert parsed is not None
+        if seg.next_offset != parsed.base_offset:
+            log.error(
+                "%s: %s ends at offset %d, its successor %s starts at %d: rolls past it "
+                "are not committed",
+                label,
+                name,
+                seg.next_offset,
+                following,
+                parsed.base_offset,
+            )
+            break
+        rolled = SegmentInfo(
+            name,
+            seg.base_offset,
+            seg.next_offset,
+            records=seg.next_offset - seg.base_offset,
+            size_bytes=seg.size,
+            max_timestamp=seg.max_timestamp,
+            created_ms=created,
+        )
+        active = SegmentInfo(following, parsed.base_offset, None, created_ms=now_ms)
+        rolls.append(transforms.Roll(rolled, active))
+        created = now_ms
+    if not rolls:
+        return
+    found: transforms.Transform = transforms.Rolled(tuple(rolls))
+    store.commit(found if epoch is None else transforms.Fenced(epoch, found, label))
+    log.info("%s: committed %d roll(s) found in the tail", label, len(rolls))
 
 
 def _record_epoch(fs: FileSystem, path: str, epoch: int, start: int) -> None:
@@ -277,11 +352,45 @@ def producer_states(
     log_start_offset: int,
     high_watermark: int,
     batches: Callable[[int, list[str]], Iterator[pa.RecordBatch]],
+    manifest: Manifest | None = None,
 ) -> ProducerStates:
     """The partition's idempotent-producer state: the snapshot, then the records after it
-    (``batches(start, PRODUCER_COLUMNS)`` yields them) replayed."""
+    (``batches(start, PRODUCER_COLUMNS)`` yields them) replayed. On an object store the
+    snapshot is the newer of the snapshot file (written at close) and the one in the
+    footer of ``manifest``'s newest sealed segment (``sealed.PRODUCER_STATE_KEY``)."""
     states = read_snapshot(fs, path) or ProducerStates()
+    footer = _footer_snapshot(fs, path, manifest) if manifest is not None else None
+    if footer is not None and footer.covered_offset > states.covered_offset:
+        states = footer
     start = max(states.covered_offset, log_start_offset)
     if start < high_watermark:
         states.replay(list(batches(start, PRODUCER_COLUMNS)))
     return states
+
+
+def _footer_snapshot(fs: FileSystem, path: str, manifest: Manifest) -> ProducerStates | None:
+    """The producer snapshot in the footer of ``manifest``'s newest sealed segment, on an
+    object store; None where there is none (a local root, a compacted or restarted seal)
+    or it is unreadable (logged: the replay starts earlier)."""
+    if not on_object_store(fs):
+        return None
+    sealed = [s for s in manifest.segments if s.sealed]
+    if not sealed:
+        return None
+    try:
+        segment = SealedSegment(fs, path, sealed[-1].name)
+    except (FileNotFoundError, CorruptSegmentError) as e:
+        log.warning("%s: no producer snapshot from %s: %s", path, sealed[-1].name, e)
+        return None
+    try:
+        data = (segment.metadata.metadata or {}).get(PRODUCER_STATE_KEY.encode())
+    finally:
+        segment.close()
+    if data is None:
+        return None
+    where = fs.join(path, sealed[-1].name)
+    try:
+        return ProducerStates.from_json(data, where)
+    except CorruptMetadataError as e:
+        log.warning("%s; the replay starts from an older snapshot", e)
+        return None

@@ -6,6 +6,10 @@ most ``ROW_GROUP_ROWS`` rows with min/max statistics on every column (so on ``of
 ``timestamp``), and page CRCs, verified on read unless a reader opts out
 (``verify_checksums=False``: 15-25 % faster, for readers that check data elsewhere).
 The Arrow schema is stored in the file, so pyarrow reads back exactly ``RECORD_SCHEMA``.
+On an object store a segment sealed by its writer also carries, in the footer's key-value
+metadata under ``PRODUCER_STATE_KEY``, the producer snapshot as the segment ends (the JSON
+of ``sparklog.storage.producers``): the state a new leader starts its replay from, with no
+object of its own (``sparklog.storage.rolls``).
 
 Indexes (see ``sparklog.storage.index``): offset index ``(first offset of row group,
 row-group number)``, one entry per row group; time index ``(max timestamp of the rows before
@@ -48,6 +52,8 @@ from sparklog.storage.records import RECORD_SCHEMA, with_attributes
 from sparklog.storage.versioned import on_object_store
 
 ROW_GROUP_ROWS = 128 * 1024
+#: the footer key of the producer snapshot a sealed segment carries (module docstring)
+PRODUCER_STATE_KEY = "sparklog.producer_state"
 _NO_TIMESTAMP = -(2**63)
 
 
@@ -110,9 +116,11 @@ def write_sealed(
     batches: Iterable[pa.RecordBatch],
     *,
     row_group_rows: int = ROW_GROUP_ROWS,
+    footer: dict[str, bytes] | None = None,
 ) -> SealedStats:
-    """Write ``batches`` (offset order, RECORD_SCHEMA) as the sealed segment ``name``."""
-    writer = SealedWriter(fs, directory, name, row_group_rows=row_group_rows)
+    """Write ``batches`` (offset order, RECORD_SCHEMA) as the sealed segment ``name``;
+    ``footer``: key-value metadata added to the Parquet footer."""
+    writer = SealedWriter(fs, directory, name, row_group_rows=row_group_rows, footer=footer)
     try:
         for batch in batches:
             writer.write(batch)
@@ -129,12 +137,14 @@ def seal_rolled(
     *,
     row_group_rows: int = ROW_GROUP_ROWS,
     epoch: int | None = None,
+    footer: dict[str, bytes] | None = None,
 ) -> SegmentInfo:
     """Write the sealed segment of the rolled ``.arrow`` segment ``info`` (every frame CRC
     checked, and its end checked against the manifest's); the manifest entry replacing it.
     Only the manifest's ``size_bytes`` of the file are read: a segment frozen by a new
     leader may hold a deposed leader's bytes past them. ``epoch``: the sealing leader's, in
-    cluster mode (it names the file, so two leaders never write the same one)."""
+    cluster mode (it names the file, so two leaders never write the same one). ``footer``:
+    key-value metadata for the footer (``PRODUCER_STATE_KEY``)."""
     src = fs.join(directory, info.name)
     buf = fs.read_buffer(src)
     if info.size_bytes and buf.size > info.size_bytes:
@@ -147,9 +157,8 @@ def seal_rolled(
             f"{info.next_offset - 1 if info.next_offset else '?'}"
         )
     name = names.segment_name(info.base_offset, kind=names.SEALED_KIND, epoch=epoch)
-    stats = write_sealed(
-        fs, directory, name, (decode_frame(buf, h) for h in frames), row_group_rows=row_group_rows
-    )
+    batches = (decode_frame(buf, h) for h in frames)
+    stats = write_sealed(fs, directory, name, batches, row_group_rows=row_group_rows, footer=footer)
     return dataclasses.replace(
         info,
         name=name,
@@ -166,9 +175,16 @@ class SealedWriter:
     stats. ``write_sealed`` is the same for an iterable of batches."""
 
     def __init__(
-        self, fs: FileSystem, directory: str, name: str, *, row_group_rows: int = ROW_GROUP_ROWS
+        self,
+        fs: FileSystem,
+        directory: str,
+        name: str,
+        *,
+        row_group_rows: int = ROW_GROUP_ROWS,
+        footer: dict[str, bytes] | None = None,
     ) -> None:
         self.fs = fs
+        self.footer = footer
         self.directory = directory
         self.name = name
         self.path = fs.join(directory, name)
@@ -219,6 +235,8 @@ class SealedWriter:
 
     def close(self) -> SealedStats:
         self._flush()
+        if self.footer:
+            self._writer.add_key_value_metadata(self.footer)
         self._writer.close()
         size = self._out.tell()  # what was written: no request to ask an object store
         self._out.close()

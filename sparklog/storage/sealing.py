@@ -35,7 +35,13 @@ from typing import TYPE_CHECKING
 from sparklog.errors import SegmentNotLiveError
 from sparklog.storage import crashpoints, names, transforms
 from sparklog.storage.manifest import Manifest, SegmentInfo
-from sparklog.storage.sealed import background_sealer, seal_rolled, separate_indexes
+from sparklog.storage.producers import ProducerStates, write_snapshot
+from sparklog.storage.sealed import (
+    PRODUCER_STATE_KEY,
+    background_sealer,
+    seal_rolled,
+    separate_indexes,
+)
 
 if TYPE_CHECKING:
     from sparklog.storage.fs import FileSystem
@@ -67,8 +73,22 @@ class Sealer:
         self._latest = latest
         self._commit = commit
         self._seal_lock = threading.Lock()  # one seal at a time
-        self._lock = threading.Lock()  # guards _seals
+        self._lock = threading.Lock()  # guards _seals and _snapshots
         self._seals: list[Future[list[str]]] = []
+        #: object store: rolled segment -> the producer snapshot its footer is to carry
+        self._snapshots: dict[str, bytes] = {}
+
+    def snapshot_at_roll(self, name: str, states: ProducerStates) -> None:
+        """The producer state as the rolled segment ``name`` ends: the snapshot file on a
+        local root; on an object store kept for the footer of ``name``'s Parquet file
+        (``sealed.PRODUCER_STATE_KEY``), so the snapshot costs no PUT of its own. A seal
+        after a restart has none to carry: the next one does."""
+        if separate_indexes(self._fs):
+            write_snapshot(self._fs, self._path, states)
+            return
+        data = states.to_json()
+        with self._lock:
+            self._snapshots[name] = data
 
     def seal_in_background(self) -> None:
         """Run ``seal_pending`` on the shared background sealer."""
@@ -137,6 +157,8 @@ class Sealer:
             log.debug("%s: %s is below the log start: dropped, not sealed", self._label, info.name)
             self._drop_below_start()
             return None
+        with self._lock:
+            snapshot = self._snapshots.get(info.name)
         try:
             sealed = seal_rolled(
                 self._fs,
@@ -144,6 +166,7 @@ class Sealer:
                 info,
                 row_group_rows=self._row_group_rows,
                 epoch=self._epoch,
+                footer=None if snapshot is None else {PRODUCER_STATE_KEY: snapshot},
             )
         except FileNotFoundError:
             if self._still_to_seal(info):
@@ -166,4 +189,6 @@ class Sealer:
             )
             return None
         crashpoints.hit("seal.after_commit")
+        with self._lock:
+            self._snapshots.pop(info.name, None)
         return sealed.name

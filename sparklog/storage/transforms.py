@@ -14,6 +14,8 @@ holding the data-dir lease; jobs are other processes that never call the writer)
 transform           committer   change
 ==================  ==========  =================================================================
 ``Roll``            writer      the active segment gets its end; a new empty one becomes active
+``Rolled``          writer      (object storage) rolls not committed by themselves, carried by
+                                the writer's next commit or found in the tail at open
 ``Seal``            writer      a rolled ``.arrow`` segment is replaced by its Parquet file
 ``EpochChange``     writer      a new leader epoch; an epoch below the manifest's is refused
 ``TakeOver``        new leader  (cluster mode, after its ``EpochChange``) the old active
@@ -77,6 +79,29 @@ class Roll:
 
     def __call__(self, m: Manifest) -> Manifest:
         return m.replace([self.rolled.name], [self.rolled, self.active])
+
+
+@dataclass(frozen=True)
+class Rolled:
+    """``rolls``, then ``inner`` (None: nothing more). On object storage a roll commits no
+    manifest version of its own: the writer keeps it (``sparklog.storage.rolls``) and its
+    next commit, normally the seal of the rolled segment, carries it; a writer opening the
+    partition commits the rolls that the committed tail shows (``recovery.open_partition``).
+    A roll already in the manifest (its new segment is, or precedes, the active one) is
+    skipped, so both may meet the same roll."""
+
+    rolls: tuple[Roll, ...]
+    inner: Transform | None = None
+
+    def __call__(self, m: Manifest) -> Manifest | None:
+        rolled = m
+        for roll in self.rolls:
+            if roll.active.base_offset > rolled.active.base_offset:
+                rolled = roll(rolled)
+        if self.inner is None:
+            return None if rolled is m else rolled
+        out = self.inner(rolled)
+        return rolled if out is None and rolled is not m else out
 
 
 @dataclass(frozen=True)

@@ -5,6 +5,7 @@ picks the new version up with ``refresh``."""
 from __future__ import annotations
 
 import dataclasses
+import itertools
 
 import pyarrow.compute as pc
 import pytest
@@ -13,7 +14,7 @@ from sparklog.errors import LeaseLostError, SegmentNotLiveError
 from sparklog.storage import names, transforms
 from sparklog.storage.fs.local import LocalFileSystem
 from sparklog.storage.log import PartitionLog
-from sparklog.storage.manifest import ManifestStore
+from sparklog.storage.manifest import Manifest, ManifestStore, SegmentInfo
 from sparklog.storage.sealed import write_sealed
 
 from .helpers import offsets, open_log, records, values
@@ -121,3 +122,30 @@ def test_an_old_writers_commits_are_refused_after_a_newer_epoch(
     with pytest.raises(LeaseLostError):
         old.delete_records(2)
     assert ManifestStore(fs, old.path).latest().log_start_offset == 0  # type: ignore[union-attr]
+
+
+def _rolls(bases: list[int]) -> tuple[transforms.Roll, ...]:
+    """Rolls from a segment at bases[0] through each next base (names of active segments)."""
+    out = []
+    for base, nxt in itertools.pairwise(bases):
+        rolled = SegmentInfo(names.segment_name(base, kind=names.ACTIVE_KIND), base, nxt)
+        active = SegmentInfo(names.segment_name(nxt, kind=names.ACTIVE_KIND), nxt, None)
+        out.append(transforms.Roll(rolled, active))
+    return tuple(out)
+
+
+def test_rolls_carried_by_a_commit_skip_those_already_in_the_manifest() -> None:
+    """``Rolled`` lays kept rolls over a version: one committed meanwhile (by a deposed
+    leader's seal, or a take-over that found it in the tail) is skipped, not redone."""
+    first = SegmentInfo(names.segment_name(0, kind=names.ACTIVE_KIND), 0, None)
+    m0 = Manifest(0, 0, (first,))
+    rolls = _rolls([0, 5, 9])
+    assert [s.base_offset for s in transforms.Rolled(rolls)(m0).segments] == [0, 5, 9]
+    m1 = rolls[0](m0)  # the first roll is in the manifest already
+    again = transforms.Rolled(rolls)(m1)
+    assert again is not None
+    assert [(s.base_offset, s.next_offset) for s in again.segments] == [(0, 5), (5, 9), (9, None)]
+    assert transforms.Rolled(rolls)(again) is None  # nothing left to commit
+    sealed = transforms.Rolled(rolls[:1], transforms.DeleteRecords(3))(m0)
+    assert sealed is not None
+    assert (sealed.log_start_offset, len(sealed.segments)) == (3, 2)

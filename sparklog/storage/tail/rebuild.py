@@ -18,6 +18,10 @@ exactly its committed bytes:
 
 Recovery then walks the frames as for any active segment (CRC, offsets), so a corrupt
 chunk is found there.
+
+Segments past the manifest's active one (``past_active``) are rolls the writer kept for
+its next commit (``sparklog.storage.rolls``) and never committed: their chunks are in the
+tail, so they are rebuilt too, and ``recovery.open_partition`` commits the rolls.
 """
 
 from __future__ import annotations
@@ -64,20 +68,37 @@ def committed_end(entries: Iterable[TailEntry]) -> tuple[int, int]:
     return last.end, last.next
 
 
+def past_active(manifest: Manifest | None, entries: Iterable[TailEntry]) -> list[str]:
+    """The segments with committed chunks that start past the manifest's active segment,
+    in offset order: rolls made after the last manifest commit."""
+    if manifest is None:
+        return []
+    active_base = manifest.active.base_offset
+    later = {}
+    for e in entries:
+        parsed = names.parse_segment_name(e.segment)
+        if parsed is not None and parsed.base_offset > active_base:
+            later[e.segment] = parsed.base_offset
+    return sorted(later, key=later.__getitem__)
+
+
 def materialize(
     fs: FileSystem,
     root: str,
     partition_path: str,
     manifest: Manifest | None,
     entries: list[TailEntry],
+    also: Iterable[str] = (),
 ) -> int:
-    """Make the cache's unsealed segment files of one partition hold exactly their
-    committed bytes (module docstring). ``fs`` is the broker's tiered filesystem, ``root``
-    the storage root the entries' objects are relative to. Returns the bytes fetched."""
+    """Make the cache's unsealed segment files of one partition (and the segments ``also``
+    names: ``past_active``'s) hold exactly their committed bytes (module docstring).
+    ``fs`` is the broker's tiered filesystem, ``root`` the storage root the entries'
+    objects are relative to. Returns the bytes fetched."""
     by_segment: dict[str, list[TailEntry]] = defaultdict(list)
     for e in entries:
         by_segment[e.segment].append(e)
     unsealed = [] if manifest is None else [s.name for s in manifest.segments if not s.sealed]
+    unsealed += list(also)
     fetch: list[tuple[str, str, list[tuple[TailEntry, int]]]] = []
     for name in unsealed:
         links = chain(by_segment.get(name, []))

@@ -5,10 +5,16 @@ from __future__ import annotations
 
 import shutil
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 
-from sparklog.storage import names
+import pyarrow as pa
+import pytest
+
+from sparklog.storage import names, recovery
 from sparklog.storage.log import PartitionLog
+from sparklog.storage.manifest import ManifestStore
+from sparklog.storage.producers import ProducerBatch
 from sparklog.storage.records import make_records
 
 from .conftest import S3Root
@@ -111,3 +117,113 @@ def test_the_cache_holds_no_manifest_and_the_bucket_no_active_segment(
     finally:
         plog.close()
         tail.close()
+
+
+def _manifest_versions(s3_root: S3Root, plog: PartitionLog) -> list[int]:
+    return ManifestStore(s3_root.s3, plog.path).files.versions()
+
+
+def test_a_roll_puts_nothing_and_its_seal_is_one_manifest_version(
+    s3_root: S3Root, tmp_path: Path
+) -> None:
+    fs = s3_root.tiered(tmp_path / "cache")
+    s3_root.create_topic(fs, "t")
+    tail = s3_root.embedded_tail()
+    plog = PartitionLog.open(fs, s3_root.root, "t", 0, tail=tail, auto_seal=False)
+    try:
+        plog.append(make_records([b"a"] * 5))
+        before = _manifest_versions(s3_root, plog)
+        puts, rounds = s3_root.s3.requests(), tail.rounds.stats.rounds
+        plog.roll()
+        assert _manifest_versions(s3_root, plog) == before
+        assert [s.name for s in plog.manifest.unsealed_rolled] == ["00000000000000000000.arrow"]
+        plog.append(make_records([b"b"] * 2))  # into the new active segment
+        plog.seal_pending()
+        after = s3_root.s3.requests()
+        versions = _manifest_versions(s3_root, plog)
+        assert versions == [*before, before[-1] + 1]
+        committed = ManifestStore(s3_root.s3, plog.path).read(versions[-1])
+        assert [(s.base_offset, s.sealed) for s in committed.segments] == [(0, True), (5, False)]
+        # the Parquet file and the manifest version, besides the rounds of the appends
+        made = {k: after[k] - puts[k] for k in after if after[k] != puts[k]}
+        rounds = tail.rounds.stats.rounds - rounds
+        assert made.get("PUT", 0) + made.get("CONDITIONAL_PUT", 0) == 2 + rounds, made
+        assert [v for _, v in _values(plog)] == [b"a"] * 5 + [b"b"] * 2
+    finally:
+        plog.close()
+        tail.close()
+
+
+@pytest.mark.parametrize("leader_epoch", [None, 3], ids=["embedded", "take-over"])
+def test_a_roll_not_committed_yet_is_found_in_the_tail_after_the_machine_is_gone(
+    s3_root: S3Root, tmp_path: Path, leader_epoch: int | None
+) -> None:
+    cache = tmp_path / "cache"
+    fs = s3_root.tiered(cache)
+    s3_root.create_topic(fs, "t")
+    tail = s3_root.embedded_tail()
+    plog = PartitionLog.open(fs, s3_root.root, "t", 0, tail=tail, auto_seal=False)
+    acked = []
+    for segment in range(3):  # two rolls kept, never committed: no seal ran
+        r = plog.append(make_records([f"s{segment}".encode()] * 4))
+        acked += [(r.base_offset + k, f"s{segment}".encode()) for k in range(4)]
+        if segment < 2:
+            plog.roll()
+    assert [s.base_offset for s in ManifestStore(s3_root.s3, plog.path).latest().segments] == [0]
+    tail.close()  # the machine is gone: no close, no seal, the cache deleted
+    shutil.rmtree(cache)
+    tail2 = s3_root.embedded_tail()
+    try:
+        fs2 = s3_root.tiered(tmp_path / "cache2")
+        again = PartitionLog.open(fs2, s3_root.root, "t", 0, tail=tail2, leader_epoch=leader_epoch)
+        again.wait_sealed()
+        assert again.high_watermark == 12
+        assert _values(again) == acked
+        segments = [(s.base_offset, s.sealed) for s in again.manifest.segments]
+        assert segments[:2] == [(0, True), (4, True)]
+        r = again.append(make_records([b"after"]))
+        assert r.base_offset == 12
+        again.close()
+    finally:
+        tail2.close()
+
+
+def test_a_sealed_segment_carries_the_producer_state_a_new_leader_replays_from(
+    s3_root: S3Root, tmp_path: Path
+) -> None:
+    cache = tmp_path / "cache"
+    fs = s3_root.tiered(cache)
+    s3_root.create_topic(fs, "t")
+    tail = s3_root.embedded_tail()
+    plog = PartitionLog.open(fs, s3_root.root, "t", 0, tail=tail)
+    plog.append(make_records([b"p"] * 5), producer=ProducerBatch(7, 0, 0, 5))
+    plog.roll()  # seals: the footer carries the state at offset 5; no snapshot object
+    plog.append(make_records([b"q"] * 2), producer=ProducerBatch(7, 0, 5, 2))
+    assert not s3_root.s3.exists(s3_root.s3.join(plog.path, names.PRODUCER_STATE_FILE))
+    tail.close()  # the machine is gone
+    shutil.rmtree(cache)
+    tail2 = s3_root.embedded_tail()
+    try:
+        fs2 = s3_root.tiered(tmp_path / "cache2")
+        again = PartitionLog.open(fs2, s3_root.root, "t", 0, tail=tail2)
+        replayed_from = []
+
+        def batches(start: int, columns: list[str]) -> Iterator[pa.RecordBatch]:
+            replayed_from.append(start)
+            return again.batches(start, columns=columns)
+
+        states = recovery.producer_states(
+            fs2,
+            again.path,
+            log_start_offset=0,
+            high_watermark=again.high_watermark,
+            batches=batches,
+            manifest=again.manifest,
+        )
+        assert replayed_from == [5]
+        assert states.describe() == again.producers()
+        retry = again.append(make_records([b"q"] * 2), producer=ProducerBatch(7, 0, 5, 2))
+        assert (retry.duplicate, retry.base_offset) == (True, 5)
+        again.close()
+    finally:
+        tail2.close()
