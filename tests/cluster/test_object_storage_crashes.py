@@ -7,6 +7,11 @@ dies in the middle of a tail round, at the crash points of ``storage/tail/rounds
 - ``tail.after_commit``: the round is committed in etcd, its producers not yet answered.
   They send the records again to the next leader, which must recognise them from the
   idempotent-producer state it rebuilt from the committed tail (no duplicate).
+- ``seal.after_write``: a segment rolled (the roll kept, not committed: on object storage
+  the seal's manifest version carries it, ``storage/rolls.py``) and its Parquet file is in
+  the bucket, the manifest not committed. The next leader finds the segments past the
+  manifest's active one in the tail, commits their rolls and seals them itself. The topic
+  rolls every 16 KiB so that this happens within a few seconds.
 
 ``SPARKLOG_CRASH_AT`` is armed in one broker's first start only; it dies (exit code 77, no
 cleanup, as a SIGKILL would leave it) at its first round, while an idempotent acks=all
@@ -37,12 +42,15 @@ VICTIM = 3
 
 
 @pytest.mark.parametrize("cache", ["cache kept", "cache lost"])
-@pytest.mark.parametrize("point", ["tail.after_upload", "tail.after_commit"])
+@pytest.mark.parametrize("point", ["tail.after_upload", "tail.after_commit", "seal.after_write"])
 def test_a_broker_killed_between_the_steps_of_a_tail_round_loses_nothing(
     point: str, cache: str, etcd: EtcdCluster, s3_server: SeaweedS3, tmp_path: Path
 ) -> None:
     armed = {VICTIM: {"SPARKLOG_CRASH_AT": point}}
-    with s3_cluster_with_topic(etcd, s3_server, tmp_path, TOPIC, PARTITIONS, env=armed) as c:
+    configs = {"segment.bytes": "16384"} if point.startswith("seal.") else None
+    with s3_cluster_with_topic(
+        etcd, s3_server, tmp_path, TOPIC, PARTITIONS, configs=configs, env=armed
+    ) as c:
         led = [p for p, n in leaders(c.bootstrap, TOPIC, PARTITIONS).items() if n == VICTIM]
         assert led, f"broker {VICTIM} leads no partition of {TOPIC}: nothing would crash it"
         victim = c.brokers[VICTIM]
