@@ -11,6 +11,10 @@ Cluster mode needs a store whose create-if-absent is atomic across machines (man
 topic metadata and round objects are all committed by it): ``check_atomic_create`` refuses
 a backend that says it has none, and probes an object store itself (a second create of one
 key must fail), so a store that ignores S3's ``If-None-Match`` is refused at start.
+
+Tails of deleted topics (kept under ``<topic>@<topic id>``, ``storage.tail.tail_key``) are
+forgotten by the broker that deletes the topic, and by ``forget_deleted_topics``: an
+embedded broker's at start, the controller's with each sweep of the round objects.
 """
 
 from __future__ import annotations
@@ -25,11 +29,11 @@ import uuid
 from sparklog.broker.config import BrokerConfig
 from sparklog.broker.partitions import PartitionManager
 from sparklog.cluster.etcd import EtcdSettings
-from sparklog.errors import ObjectStoreError
+from sparklog.errors import ObjectStoreError, SparkLogError, UnknownTopicError
 from sparklog.storage import Storage
 from sparklog.storage.fs import FileSystem
 from sparklog.storage.fs.tiered import TieredFileSystem
-from sparklog.storage.tail import BrokerTail, TailStore, gc
+from sparklog.storage.tail import BrokerTail, TailStore, gc, topic_of
 from sparklog.storage.tail.embedded import EmbeddedTail
 
 log = logging.getLogger(__name__)
@@ -86,6 +90,8 @@ def open_tail(
         flush_bytes=config.flush_bytes,
         timeout_ms=config.tail_timeout_ms,
     )
+    if etcd is None:
+        forget_deleted_topics(tail, storage)
     log.info(
         "log on object storage: %s, cache %s, a round every %d ms or %d bytes",
         storage.uri,
@@ -110,7 +116,8 @@ def collect_rounds(tail: BrokerTail, storage: Storage, config: BrokerConfig) -> 
     from sparklog.cluster.tail import EtcdTail
 
     assert isinstance(tail.store, EtcdTail)
-    referenced = tail.store.referenced_objects()
+    referenced, keys = tail.store.survey()
+    forget_deleted_topics(tail, storage, keys)
     return gc.collect_rounds(
         storage.fs,
         storage.root,
@@ -118,3 +125,31 @@ def collect_rounds(tail: BrokerTail, storage: Storage, config: BrokerConfig) -> 
         now_ms=int(time.time() * 1000),
         delay_ms=config.round_gc_delay_ms,
     )
+
+
+def forget_deleted_topics(
+    tail: BrokerTail, storage: Storage, keys: set[str] | None = None
+) -> list[str]:
+    """Forget the tail of every deleted topic: each tail key (``keys``, else the store's)
+    whose topic is gone, or has another id now (deleted, then created again). The topic
+    metadata is read after the keys, so a topic created since they were read is kept.
+    Returns the keys forgotten; a failure is logged and left for the next sweep."""
+    gone = []
+    for key in sorted(tail.store.topic_keys() if keys is None else keys):
+        parsed = topic_of(key)
+        if parsed is None:
+            continue
+        name, topic_id = parsed
+        try:
+            if storage.topics.get(name).topic_id == topic_id:
+                continue
+        except UnknownTopicError:
+            pass
+        try:
+            tail.store.forget(key)
+        except SparkLogError as e:
+            log.warning("the tail of deleted topic %s not forgotten yet: %s", key, e)
+            continue
+        log.info("forgot the tail of deleted topic %s", key)
+        gone.append(key)
+    return gone

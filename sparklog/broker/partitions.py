@@ -21,6 +21,7 @@ from sparklog.errors import (
     FencedLeaderEpochError,
     ForeignWriterError,
     NotLeaderError,
+    SparkLogError,
     TopicExistsError,
     UnknownLeaderEpochError,
     UnknownTopicError,
@@ -32,7 +33,7 @@ from sparklog.storage.log import PartitionLog
 from sparklog.storage.producers import ProducerBatch
 from sparklog.storage.reader import LogView, PartitionReader
 from sparklog.storage.records import AppendResult
-from sparklog.storage.tail import BrokerTail
+from sparklog.storage.tail import BrokerTail, tail_key
 from sparklog.storage.topics import TopicMeta
 
 log = logging.getLogger(__name__)
@@ -178,6 +179,11 @@ class PartitionManager:
         self._forget_readers(name)
         self.storage.topics.delete(name)
         del self._topics[name]
+        if self.tail is not None:
+            try:
+                self.tail.store.forget(tail_key(name, meta.topic_id))
+            except SparkLogError as e:  # object_storage.forget_deleted_topics sweeps it
+                log.warning("%s: its tail is not forgotten yet: %s", name, e)
 
     def _forget_readers(self, topic: str) -> None:
         """Drop the follower readers of a deleted topic (their open sealed segments would
@@ -268,6 +274,8 @@ class PartitionManager:
     ) -> PartitionLog:
         if self.foreign is not None:  # opening would commit an epoch over the other writer
             raise self.foreign
+        if self.tail is not None:  # the tail of this topic, not of one of the same name
+            self.tail.name_topic(topic, meta.topic_id)
         return PartitionLog.open(
             self.log_fs,
             self.storage.root,

@@ -2,9 +2,9 @@
 
 Keys (under the cluster prefix, ``Coordination.key``)::
 
-    tail/<topic>/<partition>/epoch            "00000000007/<token>": the claim that may commit
+    tail/<tail key>/<partition>/epoch         "00000000007/<token>": the claim that may commit
                                               (its leader epoch and a token of its own)
-    tail/<topic>/<partition>/c/<next offset>  a committed chunk (``TailEntry`` JSON), keyed by
+    tail/<tail key>/<partition>/c/<next>      a committed chunk (``TailEntry`` JSON), keyed by
                                               the offset after its last record (20 digits)
 
 Who writes what, under which epoch:
@@ -26,8 +26,12 @@ Who writes what, under which epoch:
   was lost) puts the same key, so retries are safe.
 - ``drop`` (after a seal, by the leader): deletes the chunks the sealed segments hold,
   compared with the leader's claim.
-- the controller's ``referenced_objects`` reads every chunk to collect rounds nobody
-  references (``sparklog.storage.tail.gc``).
+- the controller's ``survey`` reads every chunk, to collect rounds nobody references
+  (``sparklog.storage.tail.gc``) and to find the tail keys of deleted topics, which
+  ``forget`` deletes (as the broker that deletes a topic does at once).
+
+``<tail key>`` is ``<topic>@<topic id>`` (``sparklog.storage.tail.tail_key``): a topic
+created again under a deleted one's name never meets the old keys.
 
 etcd limits a transaction to 128 operations by default (``--max-txn-ops``): a round with
 more partitions is committed in several transactions, each fenced on its own.
@@ -244,17 +248,29 @@ class EtcdTail:
         ok, _ = await self.coord.call("a tail drop", txn)
         return bool(ok)
 
-    def referenced_objects(self) -> set[str]:
-        """Every object some committed chunk names (the controller's round collection)."""
-        found = self._run(self.coord.get_prefix(self.coord.key("tail") + b"/"))
-        out: set[str] = set()
+    def survey(self) -> tuple[set[str], set[str]]:
+        """One read of every tail key: the objects some committed chunk names (the
+        controller's round collection) and the tail keys present (``topic_keys``)."""
+        start = self.coord.key("tail") + b"/"
+        found = self._run(self.coord.get_prefix(start))
+        objects: set[str] = set()
+        keys: set[str] = set()
         for k, v in found.items():
+            keys.add(k[len(start) :].split(b"/", 1)[0].decode())
             if b"/c/" in k:
-                out.add(json.loads(v)["object"])
-        return out
+                objects.add(json.loads(v)["object"])
+        return objects, keys
+
+    def referenced_objects(self) -> set[str]:
+        """Every object some committed chunk names (``survey``)."""
+        return self.survey()[0]
+
+    def topic_keys(self) -> set[str]:
+        return self.survey()[1]
 
     def forget(self, topic: str) -> None:
-        """Delete a deleted topic's tail keys."""
+        """Delete every key of the tail key ``topic`` (a deleted topic's): a round still
+        committing to it is refused (its claim is gone), a later claim starts empty."""
         self._run(
             self.coord.call(
                 "a tail cleanup",

@@ -5,6 +5,7 @@ commits in several, and drops delete only sealed chunks."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -88,3 +89,38 @@ def test_a_drop_deletes_the_sealed_chunks_only(tails: tuple[EtcdTail, EtcdTail])
     assert leader.referenced_objects() >= {c.object for c in chunks}
     assert leader.drop("t", 0, 1, token, 20)
     assert leader.claim("t", 0, 1).entries == [chunks[2]]
+
+
+def test_the_tails_of_deleted_topics_are_forgotten_and_a_live_ones_kept(
+    tails: tuple[EtcdTail, EtcdTail], tmp_path: Path
+) -> None:
+    """The controller's sweep (``object_storage.forget_deleted_topics``): a tail key whose
+    topic is gone, or was created again with another id, is deleted; a live topic's stays."""
+    from sparklog.broker.object_storage import forget_deleted_topics
+    from sparklog.storage import Storage
+    from sparklog.storage.tail import BrokerTail, tail_key
+
+    leader, _ = tails
+    storage = Storage(str(tmp_path / "root"))
+    live = storage.topics.create("live", 1)
+    recreated = storage.topics.create("recreated", 1)
+    keys = {
+        "live": tail_key("live", live.topic_id),
+        "gone": tail_key("gone", "0" * 32),
+        "old": tail_key("recreated", "1" * 32),
+        "new": tail_key("recreated", recreated.topic_id),
+    }
+    for key in keys.values():
+        claimed = leader.claim(key, 0, 1)
+        chunk = dataclasses.replace(_entry(0, 1, 10, claimed.token), topic=key)
+        assert leader.commit(1, [chunk]) == {}
+    broker = BrokerTail(leader, flush_ms=100, flush_bytes=1 << 20, timeout_ms=5000)
+    try:
+        assert set(keys.values()) <= leader.topic_keys()
+        forgotten = forget_deleted_topics(broker, storage, leader.survey()[1])
+        assert sorted(forgotten) == sorted([keys["gone"], keys["old"]])
+        assert leader.claim(keys["gone"], 0, 2).entries == []
+        assert len(leader.claim(keys["live"], 0, 2).entries) == 1
+        assert len(leader.claim(keys["new"], 0, 2).entries) == 1
+    finally:
+        broker.rounds.close()

@@ -13,6 +13,13 @@ Pieces (design and reasons: docs/object-storage.md):
 - ``gc``: round objects nobody references removed after a delay.
 
 ``BrokerTail`` ties a committer to its round writer for ``PartitionLog``.
+
+A topic's tail is kept under its *tail key*, ``<name>@<topic id>`` (``tail_key``), not its
+name: a topic deleted and created again under the same name has a new id, so it never
+finds the old topic's chunks or claims. The broker names each topic's key before it opens
+a partition (``BrokerTail.name_topic``, from the topic metadata it just read), and tails
+of deleted topics are forgotten (``TailStore.forget``) when the topic is deleted and by a
+sweep (``sparklog.broker.object_storage.forget_deleted_topics``).
 """
 
 from __future__ import annotations
@@ -28,7 +35,27 @@ from sparklog.storage.manifest import Manifest
 from sparklog.storage.tail.objects import Claimed, TailEntry
 from sparklog.storage.tail.rounds import PartitionTail, RoundWriter, TailCommitter
 
-__all__ = ["BrokerTail", "Claimed", "LogTail", "PartitionTail", "TailEntry", "TailStore"]
+__all__ = [
+    "BrokerTail",
+    "Claimed",
+    "LogTail",
+    "PartitionTail",
+    "TailEntry",
+    "TailStore",
+    "tail_key",
+    "topic_of",
+]
+
+
+def tail_key(topic: str, topic_id: str) -> str:
+    """The key a topic's tail is kept under (module docstring): ``orders@<topic id>``."""
+    return f"{topic}@{topic_id}"
+
+
+def topic_of(key: str) -> tuple[str, str] | None:
+    """(topic name, topic id) of a tail key; None for a key that is not one."""
+    name, at, topic_id = key.rpartition("@")
+    return (name, topic_id) if at and name and topic_id else None
 
 
 class TailStore(TailCommitter, Protocol):
@@ -44,6 +71,16 @@ class TailStore(TailCommitter, Protocol):
     def drop(self, topic: str, partition: int, epoch: int, claim: str, through: int) -> bool:
         """Forget the chunks that end at or below offset ``through`` (sealed), if the
         claim is still the partition's."""
+        ...
+
+    def topic_keys(self) -> set[str]:
+        """The tail key of every topic that has chunks or claims here."""
+        ...
+
+    def forget(self, topic: str) -> None:
+        """Forget everything of the tail key ``topic`` (a deleted topic's): its chunks and
+        claims. A writer still committing to it afterwards is refused (cluster) or its
+        chunks are never claimed again (embedded)."""
         ...
 
 
@@ -62,6 +99,7 @@ class BrokerTail:
         self.store = store
         self._lock = threading.Lock()
         self._tokens: dict[tuple[str, int], str] = {}
+        self._keys: dict[str, str] = {}  # topic name -> tail key
         self.rounds = RoundWriter(
             store,
             flush_ms=flush_ms,
@@ -71,9 +109,20 @@ class BrokerTail:
             writer=store.writer,
         )
 
+    def name_topic(self, topic: str, topic_id: str) -> None:
+        """Keep ``topic``'s tail under ``tail_key(topic, topic_id)`` from now on (the
+        broker calls it with the metadata it opens a partition by)."""
+        with self._lock:
+            self._keys[topic] = tail_key(topic, topic_id)
+
+    def key(self, topic: str) -> str:
+        """``topic``'s tail key (its name itself until ``name_topic`` named it)."""
+        with self._lock:
+            return self._keys.get(topic, topic)
+
     def claim(self, topic: str, partition: int, epoch: int) -> list[TailEntry]:
         """The store's claim (``TailStore.claim``); its token is kept for ``register``."""
-        got = self.store.claim(topic, partition, epoch)
+        got = self.store.claim(self.key(topic), partition, epoch)
         with self._lock:
             self._tokens[(topic, partition)] = got.token
         return got.entries
@@ -86,7 +135,7 @@ class BrokerTail:
         committed = LogPosition(active.base_offset, active.size, active.next_offset)
         with self._lock:
             token = self._tokens.pop((topic, partition), "")
-        return self.rounds.register(topic, partition, epoch, active, committed, token)
+        return self.rounds.register(self.key(topic), partition, epoch, active, committed, token)
 
     def attach(self, topic: str, partition: int, epoch: int, active: ActiveSegment) -> LogTail:
         """A log's link to this tail (``register``, with the drops of its seals)."""

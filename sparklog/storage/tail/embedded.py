@@ -128,6 +128,17 @@ class EmbeddedTail:
             self.fs.delete(self.fs.join(self.root, rel))
         return True
 
+    def topic_keys(self) -> set[str]:
+        with self._lock:
+            return {topic for (topic, _p), entries in self._index.items() if entries}
+
+    def forget(self, topic: str) -> None:
+        """Drop every chunk of the tail key ``topic`` (objects left with none deleted)."""
+        with self._lock:
+            partitions = [p for (t, p) in self._index if t == topic]
+        for p in partitions:
+            self.drop(topic, p, -1, "", 2**63 - 1)
+
 
 def _full_head(fs: FileSystem, path: str, head: bytes) -> bytes:
     need = HEAD_SIZE + directory_length(head, path)
