@@ -16,6 +16,9 @@ TOML layout::
     max_decompressed_batch_bytes = 67108864
     max_connections = 1000
     max_inflight_requests = 8                # pipelined requests processed per connection
+                                             # (default 8; 2048 with the log on object
+                                             # storage, where each waits for a round)
+    max_inflight_bytes = 67108864            # ... and the bytes of their frames (64 MiB)
     group_initial_rebalance_delay_ms = 500   # an empty group waits this long for more members
     group_min_session_timeout_ms = 1000
     group_max_session_timeout_ms = 1800000
@@ -77,6 +80,10 @@ from sparklog.kafka.address import Listener, parse_listener
 from sparklog.security.config import SecurityConfig
 from sparklog.storage.config import TopicConfig
 
+#: pipelined requests a connection processes at once (``BrokerConfig.inflight_requests``)
+DEFAULT_INFLIGHT = 8
+OBJECT_STORAGE_INFLIGHT = 2048
+
 
 @dataclass(frozen=True)
 class BrokerConfig:
@@ -89,7 +96,8 @@ class BrokerConfig:
     socket_request_max_bytes: int = 100 * 1024 * 1024
     max_decompressed_batch_bytes: int = 64 * 1024 * 1024
     max_connections: int = 1000
-    max_inflight_requests: int = 8
+    max_inflight_requests: int | None = None
+    max_inflight_bytes: int = 64 * 1024 * 1024
     group_initial_rebalance_delay_ms: int = 500
     group_min_session_timeout_ms: int = 1000
     group_max_session_timeout_ms: int = 1_800_000
@@ -151,8 +159,10 @@ class BrokerConfig:
             )
         if self.num_partitions < 1:
             raise ValueError(f"num_partitions must be >= 1, got {self.num_partitions}")
-        if self.max_inflight_requests < 1:
+        if self.max_inflight_requests is not None and self.max_inflight_requests < 1:
             raise ValueError("max_inflight_requests must be >= 1")
+        if self.max_inflight_bytes < 1024:
+            raise ValueError("max_inflight_bytes must be >= 1024")
         if self.manifest_refresh_ms < 10 or self.gc_interval_ms < self.manifest_refresh_ms:
             raise ValueError(
                 "manifest_refresh_ms must be >= 10 and gc_interval_ms >= manifest_refresh_ms"
@@ -186,6 +196,15 @@ class BrokerConfig:
                 f"lease_ttl_ms must be >= 1000 (etcd leases are whole seconds), "
                 f"got {self.lease_ttl_ms}"
             )
+
+    def inflight_requests(self, object_storage: bool) -> int:
+        """``max_inflight_requests``, else its default: 8, or 2048 with the log on object
+        storage. There a produce request waits for the next flush round, and librdkafka
+        puts one partition in each request: only requests pipelined on one connection
+        share a round, so a producer writing many partitions needs many in flight."""
+        if self.max_inflight_requests is not None:
+            return self.max_inflight_requests
+        return OBJECT_STORAGE_INFLIGHT if object_storage else DEFAULT_INFLIGHT
 
     @property
     def clustered(self) -> bool:

@@ -18,13 +18,15 @@ to the limit: it goes to ``raw_tokens`` instead of the dispatcher, which returns
 answer frame (or None), and clears it when the exchange ends.
 
 ``serve`` is the connection's request loop. Requests are read ahead and processed as they
-arrive, up to ``max_inflight_requests`` at a time (a client pipelining produce requests
-need not wait for each fsync); responses go back strictly in request order (Kafka's
-contract with clients that pipeline). Each handler runs up to its first await before the
-next one starts, so appends happen in request order too, which idempotent producers rely
-on. A frame whose declared size is negative or above ``socket_request_max_bytes`` closes
-the connection before its body is read; so does a frame the dispatcher refuses
-(``FrameError``). Memory per connection is bounded by ``max_inflight_requests`` frames.
+arrive, up to ``max_inflight`` at a time and ``max_inflight_bytes`` of frames (a client
+pipelining produce requests need not wait for each fsync or flush round; a frame larger
+than the budget is still taken when nothing else is in flight); responses go back
+strictly in request order (Kafka's contract with clients that pipeline). Each handler
+runs up to its first await before the next one starts, so appends happen in request order
+too, which idempotent producers rely on. A frame whose declared size is negative or above
+``socket_request_max_bytes`` closes the connection before its body is read; so does a
+frame the dispatcher refuses (``FrameError``). Memory per connection is bounded by
+``max_inflight_bytes`` of frames (or one frame of up to ``socket_request_max_bytes``).
 """
 
 from __future__ import annotations
@@ -57,6 +59,7 @@ class Connection:
         advertised_port: int,
         max_request_bytes: int,
         max_inflight: int,
+        max_inflight_bytes: int = 64 * 1024 * 1024,
         listener: Listener | None = None,
         sasl_max_receive_bytes: int = 512 * 1024,
         principal: str | None = None,
@@ -70,6 +73,7 @@ class Connection:
         self.client_software: tuple[str, str] | None = None
         self._max_request_bytes = max_request_bytes
         self._max_inflight = max_inflight
+        self._max_inflight_bytes = max_inflight_bytes
         self.listener = listener
         self.protocol = listener.security_protocol if listener else "PLAINTEXT"
         self.principal = principal or ANONYMOUS
@@ -99,13 +103,20 @@ class Connection:
             self._max_inflight
         )
         writer = self._writer
+        sizes: dict[asyncio.Task[bytes | None], int] = {}
+        held = [0]  # frame bytes of the requests in flight
+        freed = asyncio.Event()
 
         async def respond() -> None:
             while True:
                 item = await inflight.get()
                 if item is None:
                     return
-                response = await item
+                try:
+                    response = await item
+                finally:
+                    held[0] -= sizes.pop(item, 0)
+                    freed.set()
                 if response is not None:
                     writer.write(response)
                     await writer.drain()
@@ -136,11 +147,19 @@ class Connection:
                         "" if self.authenticated else " before authentication",
                     )
                     break
+                while held[0] and held[0] + size > self._max_inflight_bytes:
+                    freed.clear()
+                    if await _race(freed.wait(), responder) is None:
+                        break
+                if responder.done():
+                    break
                 frame = await _race(self._reader.readexactly(size), responder)
                 if frame is None:
                     break
                 job = raw(frame) if raw is not None else dispatch(self, frame)
                 work = asyncio.get_running_loop().create_task(job)
+                sizes[work] = size
+                held[0] += size
                 pending = [t for t in pending if not t.done()]
                 pending.append(work)
                 if await _race(inflight.put(work), responder) is None and responder.done():

@@ -489,7 +489,8 @@ class Broker:
             advertised_host=host,
             advertised_port=port,
             max_request_bytes=self.config.socket_request_max_bytes,
-            max_inflight=self.config.max_inflight_requests,
+            max_inflight=self.config.inflight_requests(self.tail is not None),
+            max_inflight_bytes=self.config.max_inflight_bytes,
             listener=listener,
             sasl_max_receive_bytes=self.config.security.sasl_max_receive_bytes,
             principal=certificate_principal(writer.get_extra_info("peercert"))

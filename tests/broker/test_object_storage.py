@@ -21,6 +21,7 @@ from sparklog_testkit.processes import BrokerProcess
 from sparklog_testkit.s3proxy import S3FaultProxy
 
 from ..support.s3 import SeaweedS3
+from . import raw_frames as rf
 from .rawclient import fetch_partition0
 
 
@@ -200,3 +201,32 @@ def test_a_topic_deleted_and_created_again_does_not_find_the_old_tail(
         broker.kill()
         broker.start()
         assert sorted(_consume(broker.bootstrap, "again", 1)) == sorted(acked)
+
+
+def test_pipelined_requests_for_many_partitions_share_a_round(s3_uri: str, tmp_path: Path) -> None:
+    """librdkafka puts one partition in each produce request; on object storage each waits
+    for a flush round, so the broker takes many pipelined requests of one connection at
+    once (``BrokerConfig.inflight_requests``) and they commit in one or two rounds, not in
+    one round per 8 requests."""
+    partitions = 64
+    extra = ("--cache-dir", str(tmp_path / "cache"), "--flush-ms", "1000")
+    with BrokerProcess(s3_uri, extra=extra) as broker:
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+        for f in admin.create_topics([NewTopic("wide", partitions, 1)]).values():
+            f.result(30)
+        assert len(_produce(broker.bootstrap, "wide", partitions, partitions)) == partitions
+        fs, root = S3FileSystem.from_uri(s3_uri)
+        wal = names.wal_dir(root, names.EMBEDDED_WRITER)
+        rounds_before = len(fs.listdir(wal))
+        with rf.RawConnection(broker.port, timeout=30) as conn:
+            conn.send(b"".join(
+                rf.request(rf.PRODUCE, 9, rf.produce_body("wide", p, rf.record_batch([b"x"])),
+                           correlation_id=p)
+                for p in range(partitions)
+            ))  # fmt: skip
+            for p in range(partitions):
+                frame = conn.recv_frame(timeout=30)
+                assert frame is not None
+                corr, resp = rf.parse_response(rf.PRODUCE, 9, frame)
+                assert (corr, resp.responses[0].partition_responses[0].error_code) == (p, 0)
+        assert len(fs.listdir(wal)) - rounds_before <= 2
