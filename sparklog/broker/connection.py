@@ -18,15 +18,17 @@ to the limit: it goes to ``raw_tokens`` instead of the dispatcher, which returns
 answer frame (or None), and clears it when the exchange ends.
 
 ``serve`` is the connection's request loop. Requests are read ahead and processed as they
-arrive, up to ``max_inflight`` at a time and ``max_inflight_bytes`` of frames (a client
-pipelining produce requests need not wait for each fsync or flush round; a frame larger
-than the budget is still taken when nothing else is in flight); responses go back
-strictly in request order (Kafka's contract with clients that pipeline). Each handler
+arrive, up to ``max_inflight`` at a time and ``max_inflight_bytes`` of request frames and
+responses not yet written (a client pipelining produce requests need not wait for each
+fsync or flush round; a frame larger than the budget is still taken when nothing else is
+in flight, and a request's bytes are released once its response is written); responses go
+back strictly in request order (Kafka's contract with clients that pipeline). Each handler
 runs up to its first await before the next one starts, so appends happen in request order
 too, which idempotent producers rely on. A frame whose declared size is negative or above
 ``socket_request_max_bytes`` closes the connection before its body is read; so does a
 frame the dispatcher refuses (``FrameError``). Memory per connection is bounded by
-``max_inflight_bytes`` of frames (or one frame of up to ``socket_request_max_bytes``).
+``max_inflight_bytes`` (requests read stop while it is exceeded), give or take the last
+request let in and the responses computed meanwhile.
 """
 
 from __future__ import annotations
@@ -104,7 +106,7 @@ class Connection:
         )
         writer = self._writer
         sizes: dict[asyncio.Task[bytes | None], int] = {}
-        held = [0]  # frame bytes of the requests in flight
+        held = [0]  # bytes of the requests in flight and of their responses not yet written
         freed = asyncio.Event()
 
         async def respond() -> None:
@@ -114,14 +116,22 @@ class Connection:
                     return
                 try:
                     response = await item
+                    if response is not None:
+                        writer.write(response)
+                        await writer.drain()
                 finally:
                     held[0] -= sizes.pop(item, 0)
                     freed.set()
-                if response is not None:
-                    writer.write(response)
-                    await writer.drain()
                 if self.close_after_response:
                     return
+
+        def hold_response(task: asyncio.Task[bytes | None]) -> None:
+            """A response waiting for those before it counts too, until written."""
+            if task.cancelled() or task.exception() is not None or task not in sizes:
+                return
+            extra = len(task.result() or b"")
+            sizes[task] += extra
+            held[0] += extra
 
         responder = asyncio.get_running_loop().create_task(respond())
         pending: list[asyncio.Task[bytes | None]] = []
@@ -160,6 +170,7 @@ class Connection:
                 work = asyncio.get_running_loop().create_task(job)
                 sizes[work] = size
                 held[0] += size
+                work.add_done_callback(hold_response)
                 pending = [t for t in pending if not t.done()]
                 pending.append(work)
                 if await _race(inflight.put(work), responder) is None and responder.done():

@@ -94,13 +94,15 @@ class PartitionManager:
         """Cluster mode: pick up topic changes another broker committed to the shared
         storage (and changes of the dynamic topic defaults: any broker's, embedded this
         one's): new configs reach the open logs of the topic; the partitions of a topic
-        deleted (or shrunk by nothing: partitions only grow) are returned, for the caller to
-        give up. Each known topic costs one read of its latest metadata version."""
+        deleted, or deleted and created again (another topic id), are returned, for the
+        caller to give up. Each known topic costs one read of its latest metadata version."""
         gone: list[tuple[str, int]] = []
         for name, known in list(self._topics.items()):
             try:
                 meta = self.storage.topics.get(name)
             except UnknownTopicError:
+                meta = None
+            if meta is None or meta.topic_id != known.topic_id:  # gone, or created again
                 del self._topics[name]
                 self._forget_readers(name)
                 gone += [k for k in self.handles if k[0] == name]
@@ -170,7 +172,8 @@ class PartitionManager:
             return self.create_topic(name, None, None)
 
     def delete_topic(self, name: str) -> None:
-        meta = self.topic(name)
+        self.topic(name)
+        meta = self.storage.topics.get(name)  # fresh: its id is the one to forget
         for p in range(meta.partitions):
             handle = self.handles.pop((name, p), None)
             if handle is not None:

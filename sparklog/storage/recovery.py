@@ -296,9 +296,15 @@ def _commit_tail_rolls(
     """Commit the rolls to the segments ``later`` (``rebuild.past_active``, rebuilt in the
     cache): each segment before one of them rolled at its base, the size and timestamps
     read from its rebuilt file. A file that does not end where the next segment starts
-    (corrupt) ends the chain there: the segments after it stay unnamed, orphans."""
+    (corrupt) ends the chain there: the segments after it stay unnamed, orphans. ``later``
+    was found on an older manifest version: segments a deposed leader's seal has named
+    since (it carried some of these rolls) are left out."""
     manifest = store.latest()
     if not later or manifest is None:
+        return
+    active_base = manifest.active.base_offset
+    later = [n for n in later if _base_offset(n) > active_base]
+    if not later:
         return
     chain = [manifest.active.name, *later]
     created = manifest.active.created_ms
@@ -368,29 +374,39 @@ def producer_states(
     return states
 
 
+def _base_offset(name: str) -> int:
+    parsed = names.parse_segment_name(name)
+    assert parsed is not None, name
+    return parsed.base_offset
+
+
+#: how many sealed segments, newest first, are looked at for a footer's producer snapshot
+FOOTER_SNAPSHOT_LOOKBACK = 8
+
+
 def _footer_snapshot(fs: FileSystem, path: str, manifest: Manifest) -> ProducerStates | None:
-    """The producer snapshot in the footer of ``manifest``'s newest sealed segment, on an
-    object store; None where there is none (a local root, a compacted or restarted seal)
-    or it is unreadable (logged: the replay starts earlier)."""
+    """The newest producer snapshot in the footers of ``manifest``'s sealed segments, on an
+    object store: the newest segment's, else an older one's (a segment sealed by the next
+    writer after a crash, or rewritten by compaction, carries none), up to
+    ``FOOTER_SNAPSHOT_LOOKBACK`` segments back; None where there is none or it is
+    unreadable (logged: the replay starts earlier)."""
     if not on_object_store(fs):
         return None
-    sealed = [s for s in manifest.segments if s.sealed]
-    if not sealed:
-        return None
-    try:
-        segment = SealedSegment(fs, path, sealed[-1].name)
-    except (FileNotFoundError, CorruptSegmentError) as e:
-        log.warning("%s: no producer snapshot from %s: %s", path, sealed[-1].name, e)
-        return None
-    try:
-        data = (segment.metadata.metadata or {}).get(PRODUCER_STATE_KEY.encode())
-    finally:
-        segment.close()
-    if data is None:
-        return None
-    where = fs.join(path, sealed[-1].name)
-    try:
-        return ProducerStates.from_json(data, where)
-    except CorruptMetadataError as e:
-        log.warning("%s; the replay starts from an older snapshot", e)
-        return None
+    sealed = [s for s in manifest.segments if s.sealed][-FOOTER_SNAPSHOT_LOOKBACK:]
+    for info in reversed(sealed):
+        try:
+            segment = SealedSegment(fs, path, info.name)
+        except (FileNotFoundError, CorruptSegmentError) as e:
+            log.warning("%s: no producer snapshot from %s: %s", path, info.name, e)
+            continue
+        try:
+            data = (segment.metadata.metadata or {}).get(PRODUCER_STATE_KEY.encode())
+        finally:
+            segment.close()
+        if data is None:
+            continue
+        try:
+            return ProducerStates.from_json(data, fs.join(path, info.name))
+        except CorruptMetadataError as e:
+            log.warning("%s; the replay starts from an older snapshot", e)
+    return None

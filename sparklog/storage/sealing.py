@@ -152,6 +152,14 @@ class Sealer:
         self._commit(transforms.DropSegments(below))
 
     def _seal(self, info: SegmentInfo) -> str | None:
+        """Seal ``info`` (``_seal_once``); its kept producer snapshot is let go once the
+        segment is sealed, dropped or refused (a failure keeps it for the next try)."""
+        name = self._seal_once(info)
+        with self._lock:
+            self._snapshots.pop(info.name, None)
+        return name
+
+    def _seal_once(self, info: SegmentInfo) -> str | None:
         crashpoints.hit("seal.before_write")
         if not self._still_to_seal(info):
             log.debug("%s: %s is below the log start: dropped, not sealed", self._label, info.name)
@@ -189,6 +197,4 @@ class Sealer:
             )
             return None
         crashpoints.hit("seal.after_commit")
-        with self._lock:
-            self._snapshots.pop(info.name, None)
         return sealed.name

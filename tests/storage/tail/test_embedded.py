@@ -227,3 +227,42 @@ def test_a_sealed_segment_carries_the_producer_state_a_new_leader_replays_from(
         again.close()
     finally:
         tail2.close()
+
+
+def test_a_new_leader_finds_the_producer_state_in_an_older_footer(
+    s3_root: S3Root, tmp_path: Path
+) -> None:
+    """A segment sealed by the next writer after a crash carries no snapshot (it was in
+    the dead writer's memory): the replay after a second crash starts from the newest
+    footer that has one, not from the log start."""
+    fs = s3_root.tiered(tmp_path / "cache")
+    s3_root.create_topic(fs, "t")
+    tail = s3_root.embedded_tail()
+    plog = PartitionLog.open(fs, s3_root.root, "t", 0, tail=tail, auto_seal=False)
+    plog.append(make_records([b"p"] * 5), producer=ProducerBatch(7, 0, 0, 5))
+    plog.roll()
+    plog.seal_pending()  # segment 0 sealed, its footer covers offset 5
+    plog.append(make_records([b"q"] * 3), producer=ProducerBatch(7, 0, 5, 3))
+    plog.roll()  # kept, not sealed: the machine dies
+    plog.append(make_records([b"r"] * 2), producer=ProducerBatch(7, 0, 8, 2))
+    tail.close()
+    for crash in (1, 2):  # the next writer seals segment 5 (no footer), then dies too
+        tail = s3_root.embedded_tail()
+        fs = s3_root.tiered(tmp_path / f"cache{crash}")
+        again = PartitionLog.open(fs, s3_root.root, "t", 0, tail=tail)
+        tail.close()
+    assert [(s.base_offset, s.sealed) for s in again.manifest.segments][:2] == [
+        (0, True),
+        (5, True),
+    ]
+    replayed_from = []
+
+    def batches(start: int, columns: list[str]) -> Iterator[pa.RecordBatch]:
+        replayed_from.append(start)
+        return again.batches(start, columns=columns)
+
+    recovery.producer_states(
+        fs, again.path, log_start_offset=0, high_watermark=again.high_watermark,
+        batches=batches, manifest=again.manifest,
+    )  # fmt: skip
+    assert replayed_from == [5]
