@@ -312,9 +312,8 @@ def _commit_tail_rolls(
     for name, following in itertools.pairwise(chain):
         seg, _ = ActiveSegment.open(fs, path, name, config.index_interval_bytes)
         seg.close()
-        parsed = names.parse_segment_name(following)
-        assert parsed is not None
-        if seg.next_offset != parsed.base_offset:
+        base = _base_offset(following)
+        if seg.next_offset != base:
             log.error(
                 "%s: %s ends at offset %d, its successor %s starts at %d: rolls past it "
                 "are not committed",
@@ -322,7 +321,7 @@ def _commit_tail_rolls(
                 name,
                 seg.next_offset,
                 following,
-                parsed.base_offset,
+                base,
             )
             break
         rolled = SegmentInfo(
@@ -334,7 +333,7 @@ def _commit_tail_rolls(
             max_timestamp=seg.max_timestamp,
             created_ms=created,
         )
-        active = SegmentInfo(following, parsed.base_offset, None, created_ms=now_ms)
+        active = SegmentInfo(following, base, None, created_ms=now_ms)
         rolls.append(transforms.Roll(rolled, active))
         created = now_ms
     if not rolls:
