@@ -12,6 +12,13 @@ tasks on the broker's event loop:
   assigned elsewhere (or at another epoch) are given up (``PartitionLog.abandon``: appends
   still waiting are never acknowledged).
 
+A take-over runs as its own task, never awaited by the leadership loop: a take-over that
+hangs (a GET or an etcd call that never returns) must not keep the loop from seeing that
+the lease was lost, giving every partition up and registering again. A take-over that ends
+after its partition was assigned elsewhere, at another epoch, after a lost lease (the
+lease generation changed) or after ``stop`` is abandoned, not installed; the partition is
+not taken over again until that task has ended, so one process never opens two logs of it.
+
 Who may write what, under which epoch:
 - a partition's files and manifest: only the broker the controller assigned it at epoch E,
   after committing E to the manifest; its older leaders' manifest commits are refused
@@ -61,6 +68,8 @@ TAKE_OVER_THREADS = 8
 VIEW_INTERVAL_S = 0.25
 TOPIC_SYNC_S = 1.0
 FENCE_TIMEOUT_S = 5.0
+#: how long ``stop`` waits for take-overs still running
+STOP_WAIT_S = 10.0
 PRODUCER_ID_BLOCK = 1000
 
 
@@ -211,6 +220,10 @@ class ClusterMember:
         self._pids = (0, 0)  # the reserved producer id block: next, limit
         self._pid_lock = asyncio.Lock()
         self.leadership_changes = 0
+        #: take-overs running (see the module docstring), by partition
+        self._taking: dict[Partition, asyncio.Task[None]] = {}
+        #: lease generation: +1 at each lost lease; a take-over started before is abandoned
+        self._generation = 0
         self._host_port = ("", 0)
         self._listeners: tuple[tuple[str, str, int], ...] = ()
 
@@ -261,13 +274,22 @@ class ClusterMember:
         for t in self._tasks:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await t
+        hung: set[asyncio.Task[None]] = set()
+        if self._taking:  # they end soon (and abandon what they opened), unless hung
+            _done, hung = await asyncio.wait(list(self._taking.values()), timeout=STOP_WAIT_S)
+            if hung:
+                log.warning(
+                    "broker %d: %d take-overs still running at stop, left behind",
+                    self.node_id,
+                    len(hung),
+                )
         loop = asyncio.get_running_loop()
         for key in list(self.manager.handles):
             handle = self.manager.handles.pop(key)
             with contextlib.suppress(Exception):
                 await loop.run_in_executor(self._pool, handle.log.close)
             self.manager.notify(handle)
-        self._pool.shutdown(wait=True)
+        self._pool.shutdown(wait=not hung, cancel_futures=True)
         if self.fence is not None:
             f = self.fence
             log.info(
@@ -304,6 +326,7 @@ class ClusterMember:
             except Exception:
                 log.exception("broker %d: applying the assignments failed", self.node_id)
             if self.coord.lease_lost.is_set():
+                self._generation += 1  # take-overs still running are abandoned at their end
                 await self._give_up_all("this broker's etcd lease expired")
                 await self._rejoin()
             with contextlib.suppress(TimeoutError):
@@ -335,16 +358,36 @@ class ClusterMember:
             if mine.get(key) != handle.leader_epoch:
                 await self._give_up(key, "assigned elsewhere")
         loop = asyncio.get_running_loop()
-        todo = sorted((p, e) for p, e in mine.items() if p not in self.manager.handles)
-        for p, _epoch in todo:  # their produce requests wait, in order, for the take-overs
+        for p, epoch in sorted(mine.items()):
+            if p in self.manager.handles or p in self._taking:
+                continue
+            # its produce requests wait, in order, for the take-over (``taking_over``)
             self.manager.taking_over(*p)
-        try:
-            await asyncio.gather(*(self._take_over(loop, p, epoch) for p, epoch in todo))
-        finally:
-            for p, _epoch in todo:
-                self.manager.taken_over(*p)  # (installed ones were released at install)
+            self._taking[p] = loop.create_task(self._take_over(loop, p, epoch))
 
     async def _take_over(self, loop: asyncio.AbstractEventLoop, p: Partition, epoch: int) -> None:
+        try:
+            await self._open_and_install(loop, p, epoch)
+        finally:
+            self._taking.pop(p, None)
+            self.manager.taken_over(*p)  # (an installed one was released at install)
+
+    def _still_mine(self, p: Partition, epoch: int, generation: int) -> bool:
+        """Whether a take-over that just ended may install its log (module docstring)."""
+        if self._stop.is_set() or self.coord.lease_lost.is_set():
+            return False
+        assignment = self.view.assignments.get(p)
+        return (
+            generation == self._generation
+            and assignment is not None
+            and assignment.leader == self.node_id
+            and assignment.leader_epoch == epoch
+        )
+
+    async def _open_and_install(
+        self, loop: asyncio.AbstractEventLoop, p: Partition, epoch: int
+    ) -> None:
+        generation = self._generation
         if self._stop.is_set() or self.manager.foreign is not None:
             return  # stopping, or another writer on the storage (stop_writes)
         try:
@@ -365,6 +408,17 @@ class ClusterMember:
                 epoch,
                 e,
                 exc_info=not isinstance(e, SparkLogError),
+            )
+            return
+        if not self._still_mine(p, epoch, generation):
+            plog.abandon(NotLeaderError(f"{p[0]}-{p[1]}: no longer assigned here"))
+            log.info(
+                "broker %d: the take-over of %s-%d at epoch %d ended after it was no "
+                "longer this broker's; abandoned",
+                self.node_id,
+                p[0],
+                p[1],
+                epoch,
             )
             return
         self.manager.install(p[0], p[1], plog, epoch)

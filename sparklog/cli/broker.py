@@ -61,14 +61,18 @@ def add_parser(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """``sparklog broker start``: until SIGTERM."""
+    """``sparklog broker start``: until SIGTERM. SIGUSR1 prints every thread's stack to
+    stderr (``faulthandler``): how to see where a broker that stopped answering waits."""
+    import faulthandler
     import logging
+    import signal
 
     from sparklog.broker.server import run as serve
 
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
     serve(broker_config(args))
     return ExitCode.OK
 

@@ -1,14 +1,19 @@
-"""A broker joining the cluster (``sparklog.broker.membership``), as processes: a second
-broker started with a node id a live broker holds waits for that registration's lease,
-saying so once, then exits with the one-line error."""
+"""A broker's membership of the cluster (``sparklog.broker.membership``), as processes: a
+second broker started with a node id a live broker holds waits for that registration's
+lease, saying so once, then exits with the one-line error; a take-over that hangs does not
+keep a broker whose lease was lost from registering again."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
 
 from sparklog_testkit.processes import BrokerProcess, EtcdCluster
+
+from ..support.s3 import SeaweedS3
+from .helpers import broker_logs, leaders, s3_cluster_with_topic
 
 
 def test_a_taken_node_id_is_said_once_then_the_broker_exits(
@@ -32,3 +37,34 @@ def test_a_taken_node_id_is_said_once_then_the_broker_exits(
     finally:
         first.stop()
         first.kill()
+
+
+def test_a_hung_take_over_does_not_keep_a_broker_from_registering_again(
+    etcd: EtcdCluster, s3_server: SeaweedS3, tmp_path: Path
+) -> None:
+    """Broker 3's take-overs hang (each sleeps 25 s after its claim, as a GET that does not
+    return would). Paused past its lease, then resumed, it still sees the lease lost and
+    registers again at once, instead of after the take-overs. Those install nothing when
+    they end: the successor's epoch fences them, or (had it not committed yet) the lease
+    they started under is gone and they are abandoned."""
+    hung = {3: {"SPARKLOG_PAUSE_AT": "take_over.after_claim=25000"}}
+    with s3_cluster_with_topic(etcd, s3_server, tmp_path, "hung", 6, env=hung) as c:
+        try:
+            led = [p for p, n in leaders(c.bootstrap, "hung", 6).items() if n == 3]
+            assert led, "broker 3 leads no partition: nothing hangs"
+            c.pause(3)
+            leaders(c.bootstrap, "hung", 6, avoid=3)
+            c.resume(3)
+            resumed = time.monotonic()
+            broker = c.brokers[3]
+            while not any("registered again" in ln for ln in broker.lines):
+                assert time.monotonic() - resumed < 10, broker.lines[-30:]
+                time.sleep(0.1)
+            ended = [f"taking hung-{p} over" for p in led] + [f"of hung-{p} at" for p in led]
+            while sum(any(e in ln for ln in broker.lines) for e in ended) < len(led):
+                assert time.monotonic() - resumed < 45, broker.lines[-30:]
+                time.sleep(0.2)
+            assert not any(f"broker 3 leads hung-{p} at epoch" in ln
+                           for p in led for ln in broker.lines), broker.lines  # fmt: skip
+        finally:
+            broker_logs(c, tmp_path / "brokers.log")
