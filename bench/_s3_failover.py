@@ -9,15 +9,23 @@ to the first acknowledged write of each partition it led, the worst of them, tak
 end of the longest gap between acks after the kill (an ack already on its way at the kill
 does not count). The victim then restarts with an empty cache. Afterwards every partition
 is read back and the history checked (``sparklog.demo.checker``: every anomaly 0).
+
+Per fault the broker side is timed too: from the kill to the last of the victim's
+partitions installed by its successor (the successor's "broker N leads <topic>-<p> at epoch"
+log line; wall clock, millisecond stamps). The rest of the failover is the client's: its
+metadata refresh and its retry back-off (librdkafka's ``retry.backoff.max.ms``, 1 s by
+default) before it sends to the new leader.
 """
 
 from __future__ import annotations
 
 import itertools
 import os
+import re
 import shutil
 import time
 from collections.abc import Callable
+from datetime import datetime
 from typing import Any
 
 from confluent_kafka.admin import AdminClient
@@ -32,8 +40,9 @@ TOPIC, PARTITIONS = "failover", 6
 
 def failover(
     new_dir: Callable[[str], str], uri: str, faults: int, ttl_ms: int
-) -> tuple[list[float], Report, list[str]]:
-    """(failover seconds per fault, the history's check, the first producer errors)."""
+) -> tuple[list[tuple[float, float]], Report, list[str]]:
+    """((failover, broker side) seconds per fault, the history's check, the first producer
+    errors)."""
     with EtcdCluster(new_dir("etcd")) as etcd:
         cluster = BrokerCluster(uri, etcd.endpoints, 3, lease_ttl_ms=ttl_ms)
         caches = {i: new_dir(f"cache{i}") for i in cluster.brokers}
@@ -48,17 +57,17 @@ def failover(
 
 def _faults(
     cluster: BrokerCluster, caches: dict[int, str], faults: int
-) -> tuple[list[float], Report, list[str]]:
+) -> tuple[list[tuple[float, float]], Report, list[str]]:
     create_topic(cluster.bootstrap, TOPIC, PARTITIONS, {})
     load = Workload(cluster.bootstrap, TOPIC, rate=500).start()
-    times: list[float] = []
+    times: list[tuple[float, float]] = []
     try:
         time.sleep(3)
         for i in range(faults):
             leaders = _leaders(cluster.bootstrap)
             victim = leaders[i % PARTITIONS]
             led = [p for p, n in leaders.items() if n == victim]
-            t0 = time.monotonic()
+            t0, wall0 = time.monotonic(), time.time()
             cluster.brokers[victim].kill()
             shutil.rmtree(caches[victim])  # the machine is gone
             for p in led:  # acks in flight at the kill arrive within ms: wait past them
@@ -67,9 +76,11 @@ def _faults(
                         raise TimeoutError(f"partition {p} took no write for 90 s")
                     time.sleep(0.05)
             time.sleep(0.5)
-            times.append(max(_recovery(load, p, t0) for p in led))
+            broker_side = max(_installed(cluster, p, wall0) for p in led)
+            times.append((max(_recovery(load, p, t0) for p in led), broker_side))
             print(f"  fault {i + 1}: broker {victim} (led {led}) killed, cache deleted: "
-                  f"writes again after {times[-1]:.2f} s", flush=True)  # fmt: skip
+                  f"new leaders after {broker_side:.2f} s, writes again after "
+                  f"{times[-1][0]:.2f} s", flush=True)  # fmt: skip
             os.makedirs(caches[victim])
             cluster.brokers[victim].start()
             time.sleep(3)
@@ -101,3 +112,19 @@ def _recovery(load: Any, p: int, t0: float) -> float:
     seq = [t for t in times if t <= t0][-1:] + [t for t in times if t > t0]
     gaps = [(b - a, b) for a, b in itertools.pairwise(seq)]
     return max(gaps)[1] - t0 if gaps else float("nan")
+
+
+_LEADS = re.compile(r"^(\S+ \S+) INFO \S+: broker \d+ leads (\S+)-(\d+) at epoch")
+
+
+def _installed(cluster: BrokerCluster, p: int, wall0: float) -> float:
+    """From the kill (wall clock ``wall0``) to the first "leads TOPIC-p" line after it."""
+    found = []
+    for b in cluster.brokers.values():
+        for line in list(b.lines):
+            m = _LEADS.match(line)
+            if m and m[2] == TOPIC and int(m[3]) == p:
+                at = datetime.strptime(m[1], "%Y-%m-%d %H:%M:%S,%f").timestamp()
+                if at > wall0:
+                    found.append(at - wall0)
+    return min(found, default=float("nan"))
