@@ -190,10 +190,10 @@ class PartitionLog:
             plog._tail.drop_sealed(plog.manifest)
         if leader_epoch is None:
             plog.recovery.resealed = plog.seal_pending()
-        elif plog.manifest.unsealed_rolled and auto_seal:
-            # a take-over serves before the frozen segment seals
+        elif plog.manifest.unsealed_rolled and auto_seal:  # a take-over serves first
             plog._sealer.seal_in_background()
-        plog.collect_garbage()
+        if tail is None:  # on object storage the broker's maintenance collects, off the take-over
+            plog.collect_garbage()
         return plog
 
     # ------------------------------------------------------------------ properties
