@@ -10,11 +10,12 @@ end of the longest gap between acks after the kill (an ack already on its way at
 does not count). The victim then restarts with an empty cache. Afterwards every partition
 is read back and the history checked (``sparklog.demo.checker``: every anomaly 0).
 
-Per fault the broker side is timed too: from the kill to the last of the victim's
-partitions installed by its successor (the successor's "broker N leads <topic>-<p> at epoch"
-log line; wall clock, millisecond stamps). The rest of the failover is the client's: its
-metadata refresh and its retry back-off (librdkafka's ``retry.backoff.max.ms``, 1 s by
-default) before it sends to the new leader.
+Per fault the broker side is timed too: from the kill to the controller's reassignment of
+the last of the victim's partitions (its "led by" log line: lease expiry plus a controller
+round), and to the last of them installed by its successor (its "broker N leads
+<topic>-<p> at epoch" line; wall clock, millisecond stamps). The rest of the failover is
+the client's: its metadata refresh and its retry back-off (librdkafka's
+``retry.backoff.max.ms``, 1 s by default) before it sends to the new leader.
 """
 
 from __future__ import annotations
@@ -76,11 +77,12 @@ def _faults(
                         raise TimeoutError(f"partition {p} took no write for 90 s")
                     time.sleep(0.05)
             time.sleep(0.5)
-            broker_side = max(_installed(cluster, p, wall0) for p in led)
+            assigned = max(_logged(cluster, _ASSIGNED, p, wall0) for p in led)
+            broker_side = max(_logged(cluster, _LEADS, p, wall0) for p in led)
             times.append((max(_recovery(load, p, t0) for p in led), broker_side))
             print(f"  fault {i + 1}: broker {victim} (led {led}) killed, cache deleted: "
-                  f"new leaders after {broker_side:.2f} s, writes again after "
-                  f"{times[-1][0]:.2f} s", flush=True)  # fmt: skip
+                  f"reassigned after {assigned:.2f} s, new leaders after {broker_side:.2f} s, "
+                  f"writes again after {times[-1][0]:.2f} s", flush=True)  # fmt: skip
             os.makedirs(caches[victim])
             cluster.brokers[victim].start()
             time.sleep(3)
@@ -115,14 +117,16 @@ def _recovery(load: Any, p: int, t0: float) -> float:
 
 
 _LEADS = re.compile(r"^(\S+ \S+) INFO \S+: broker \d+ leads (\S+)-(\d+) at epoch")
+_ASSIGNED = re.compile(r"^(\S+ \S+) INFO \S+: controller \d+: (\S+)-(\d+) led by")
 
 
-def _installed(cluster: BrokerCluster, p: int, wall0: float) -> float:
-    """From the kill (wall clock ``wall0``) to the first "leads TOPIC-p" line after it."""
+def _logged(cluster: BrokerCluster, pattern: re.Pattern[str], p: int, wall0: float) -> float:
+    """From the kill (wall clock ``wall0``) to the first line after it that ``pattern``
+    matches for ``TOPIC-p``: the controller's reassignment, or the successor's install."""
     found = []
     for b in cluster.brokers.values():
         for line in list(b.lines):
-            m = _LEADS.match(line)
+            m = pattern.match(line)
             if m and m[2] == TOPIC and int(m[3]) == p:
                 at = datetime.strptime(m[1], "%Y-%m-%d %H:%M:%S,%f").timestamp()
                 if at > wall0:
