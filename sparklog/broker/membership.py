@@ -317,7 +317,9 @@ class ClusterMember:
             try:
                 if time.monotonic() >= next_sync:  # configs or deletes via another broker
                     next_sync = time.monotonic() + TOPIC_SYNC_S
-                    for key in self.manager.sync_topics():
+                    # read on a worker thread (GETs on S3), applied here on the loop
+                    found = await asyncio.to_thread(self.manager.read_topics)
+                    for key in self.manager.apply_topics(found):
                         await self._give_up(key, "its topic was deleted")
                 await self.view.refresh()
                 await self._apply(self.view.assignments)

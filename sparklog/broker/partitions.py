@@ -95,13 +95,31 @@ class PartitionManager:
         storage (and changes of the dynamic topic defaults: any broker's, embedded this
         one's): new configs reach the open logs of the topic; the partitions of a topic
         deleted, or deleted and created again (another topic id), are returned, for the
-        caller to give up. Each known topic costs one read of its latest metadata version."""
-        gone: list[tuple[str, int]] = []
+        caller to give up. Each known topic costs one read of its latest metadata version.
+        ``read_topics`` (blocking: a worker thread) then ``apply_topics`` (the event loop)
+        are the same in two steps."""
+        return self.apply_topics(self.read_topics())
+
+    def read_topics(self) -> dict[str, tuple[TopicMeta, TopicMeta | None]]:
+        """Per topic this broker knows: what it knew, and the latest metadata (None:
+        deleted)."""
+        found: dict[str, tuple[TopicMeta, TopicMeta | None]] = {}
         for name, known in list(self._topics.items()):
             try:
-                meta = self.storage.topics.get(name)
+                found[name] = (known, self.storage.topics.get(name))
             except UnknownTopicError:
-                meta = None
+                found[name] = (known, None)
+        return found
+
+    def apply_topics(
+        self, found: dict[str, tuple[TopicMeta, TopicMeta | None]]
+    ) -> list[tuple[str, int]]:
+        """Apply what ``read_topics`` found (see ``sync_topics``); a topic this broker
+        changed meanwhile (created again, deleted) is left to the next read."""
+        gone: list[tuple[str, int]] = []
+        for name, (known, meta) in found.items():
+            if self._topics.get(name) is not known:
+                continue
             if meta is None or meta.topic_id != known.topic_id:  # gone, or created again
                 del self._topics[name]
                 self._forget_readers(name)

@@ -71,7 +71,9 @@ class ControllerRole:
             return False
         live = [b.node_id for b in await self.coord.brokers()]
         current = await read_assignments(self.coord)
-        changes = plan(self.partitions(), live, current)
+        # on a worker thread: the topic list is read from storage (a LIST and GETs on S3),
+        # which must not stall the broker's event loop every round
+        changes = plan(await asyncio.to_thread(self.partitions), live, current)
         self.rounds += 1
         if not changes:
             return True
