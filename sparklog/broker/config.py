@@ -51,6 +51,9 @@ TOML layout::
                                              # this long is answered REQUEST_TIMED_OUT
     round_gc_delay_ms = 600000               # object storage: rounds nobody committed are
                                              # deleted after this long
+    tail_max_chunks = 256                    # object storage: a segment rolls (and seals)
+                                             # once this many rounds carried its records;
+                                             # bounds a take-over's GETs and etcd's keys
     lag_sample_ms = 10000                    # lag health: how often a group is sampled,
     lag_window = 10                          # and how many samples make its window
 
@@ -124,6 +127,7 @@ class BrokerConfig:
     flush_bytes: int = 8 * 1024 * 1024
     tail_timeout_ms: int = 10_000
     round_gc_delay_ms: int = 600_000
+    tail_max_chunks: int = 256
     topic_defaults: dict[str, str] = field(default_factory=dict)
     security: SecurityConfig = field(default_factory=SecurityConfig)
 
@@ -186,6 +190,8 @@ class BrokerConfig:
                 f"flush_ms must be 1..60000 and flush_bytes >= 1, got {self.flush_ms} and "
                 f"{self.flush_bytes}"
             )
+        if self.tail_max_chunks < 1:
+            raise ValueError(f"tail_max_chunks must be >= 1, got {self.tail_max_chunks}")
         if self.tail_timeout_ms < self.flush_ms or self.round_gc_delay_ms < 60_000:
             raise ValueError(
                 f"tail_timeout_ms must be >= flush_ms and round_gc_delay_ms >= 60000, got "

@@ -5,8 +5,9 @@ partitions it leads, and the fence on its acknowledgements. Design: docs/cluster
 tasks on the broker's event loop:
 
 - the controller role (``ControllerRole.run``: campaign; the winner assigns leaders);
-- the cluster view (``ClusterView``, refreshed from etcd every ``VIEW_INTERVAL_S``), whose
-  answers Metadata, FindCoordinator and NOT_LEADER_OR_FOLLOWER are built from;
+- the cluster view (``ClusterView``, refreshed from etcd every ``VIEW_INTERVAL_S``, and at
+  once when a watch of ``WATCHED`` sees a change), whose answers Metadata,
+  FindCoordinator and NOT_LEADER_OR_FOLLOWER are built from;
 - leadership: after each refresh, partitions newly assigned to this broker are taken over
   at their epoch (``PartitionLog.open(leader_epoch=...)``, on a worker thread), partitions
   assigned elsewhere (or at another epoch) are given up (``PartitionLog.abandon``: appends
@@ -50,7 +51,7 @@ from typing import Any
 from sparklog.broker.coordinators.group_offsets import OFFSETS_TOPIC, offsets_partition
 from sparklog.broker.partitions import PartitionManager
 from sparklog.cluster.assignment import Assignment, Partition
-from sparklog.cluster.controller import ClusterView, ControllerRole
+from sparklog.cluster.controller import ClusterView, ControllerRole, pause
 from sparklog.cluster.coordination import (
     BrokerInfo,
     Coordination,
@@ -71,6 +72,13 @@ FENCE_TIMEOUT_S = 5.0
 #: how long ``stop`` waits for take-overs still running
 STOP_WAIT_S = 10.0
 PRODUCER_ID_BLOCK = 1000
+#: the keys whose changes wake the controller round and the leadership loop at once
+WATCHED = ("brokers/", "controller", "partitions/")
+
+
+def _users_first(item: tuple[Partition, int]) -> tuple[bool, Partition]:
+    """Take-over order: user topics, then the internal ones (``__consumer_offsets``...)."""
+    return item[0][0].startswith("__"), item[0]
 
 
 class EpochFence:
@@ -213,6 +221,7 @@ class ClusterMember:
         self._on_gained = on_gained
         self._on_lost = on_lost
         self._stop = asyncio.Event()
+        self._wake = asyncio.Event()  # set by the etcd watch (``_changed``)
         self._tasks: list[asyncio.Task[None]] = []
         #: take-overs run in parallel (each waits on etcd and, on object storage, on the
         #: ranged GETs of its cache rebuild); closes of given-up logs too
@@ -260,6 +269,7 @@ class ClusterMember:
         self._tasks = [
             loop.create_task(self.role.run(self._stop)),
             loop.create_task(self._lead()),
+            loop.create_task(self.coord.watch(WATCHED, self._changed, self._stop)),
         ]
         log.info(
             "broker %d joined the cluster (etcd %s)",
@@ -302,6 +312,11 @@ class ClusterMember:
             f.close()
         await self.coord.close()
 
+    def _changed(self) -> None:
+        """etcd says brokers, the controller or assignments changed: both loops at once."""
+        self._wake.set()
+        self.role.wake.set()
+
     def _all_partitions(self) -> list[Partition]:
         return [
             (name, p)
@@ -331,8 +346,7 @@ class ClusterMember:
                 self._generation += 1  # take-overs still running are abandoned at their end
                 await self._give_up_all("this broker's etcd lease expired")
                 await self._rejoin()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._stop.wait(), VIEW_INTERVAL_S)
+            await pause(self._stop, self._wake, VIEW_INTERVAL_S)
 
     async def _rejoin(self) -> None:
         """After a lost lease (a pause or a cut from etcd longer than the TTL): register
@@ -360,7 +374,10 @@ class ClusterMember:
             if mine.get(key) != handle.leader_epoch:
                 await self._give_up(key, "assigned elsewhere")
         loop = asyncio.get_running_loop()
-        for p, epoch in sorted(mine.items()):
+        # the users' partitions first: the take-over threads take them in this order, and
+        # a dead broker's share of the internal topics (50 + 50 partitions) would
+        # otherwise queue ahead of them ("__..." sorts first)
+        for p, epoch in sorted(mine.items(), key=_users_first):
             if p in self.manager.handles or p in self._taking:
                 continue
             # its produce requests wait, in order, for the take-over (``taking_over``)

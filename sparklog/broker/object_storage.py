@@ -89,6 +89,7 @@ def open_tail(
         flush_ms=config.flush_ms,
         flush_bytes=config.flush_bytes,
         timeout_ms=config.tail_timeout_ms,
+        max_chunks=config.tail_max_chunks,
     )
     if etcd is None:
         forget_deleted_topics(tail, storage)

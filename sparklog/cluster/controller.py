@@ -2,11 +2,13 @@
 
 Every broker runs ``ControllerRole.run``: it campaigns (``Coordination.campaign``); the
 winner, while it holds the controller key, reconciles every ``interval_s`` (and at once
-when the set of live brokers changes): it reads the live brokers and the current
+when an etcd watch sees the live brokers, the controller or the assignments change:
+``wake``): it reads the live brokers and the current
 assignments, asks ``assignment.plan`` what must change, and writes the changes fenced by
-its controller epoch. The others campaign again every ``interval_s``, so when the
-controller's lease expires (it died, was paused, or lost etcd) one of them takes over
-within the lease TTL plus one interval. A deposed controller's fenced writes fail; it
+its controller epoch. The others campaign again every ``interval_s``, and at once when the
+watch sees the controller key go, so when the controller's lease expires (it died, was
+paused, or lost etcd) one of them takes over within the lease TTL (plus one interval if
+the watch missed it). A deposed controller's fenced writes fail; it
 stops acting as controller at its next round (``reconcile`` returns ``False``).
 
 Which partitions exist is given by ``partitions()`` (the topics of the shared storage);
@@ -57,6 +59,8 @@ class ControllerRole:
     controller: Controller | None = None
     rounds: int = 0
     moves: list[tuple[Partition, Assignment]] = field(default_factory=list)
+    #: set when etcd says brokers, the controller or assignments changed: round at once
+    wake: asyncio.Event = field(default_factory=asyncio.Event)
 
     @property
     def is_controller(self) -> bool:
@@ -110,8 +114,19 @@ class ControllerRole:
             if self.coord.lease_lost.is_set():
                 self.controller = None
                 return  # registered no more: the broker must register again
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), self.interval_s)
+            await pause(stop, self.wake, self.interval_s)
+
+
+async def pause(stop: asyncio.Event, wake: asyncio.Event, interval_s: float) -> None:
+    """Wait ``interval_s``, less if ``stop`` or ``wake`` is set (an etcd watch saw a
+    change: ``Coordination.watch``); clears ``wake``, so a change seen while the round
+    that follows reads etcd wakes the next one."""
+    if not wake.is_set() and not stop.is_set():
+        waits = [asyncio.ensure_future(wake.wait()), asyncio.ensure_future(stop.wait())]
+        await asyncio.wait(waits, timeout=interval_s, return_when=asyncio.FIRST_COMPLETED)
+        for w in waits:
+            w.cancel()
+    wake.clear()
 
 
 async def describe(coord: Coordination) -> dict[str, object]:

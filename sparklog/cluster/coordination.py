@@ -54,6 +54,8 @@ __all__ = ["CoordinationError", "EtcdAccessError", "NodeIdTakenError", "parse_en
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 TXN_OPS = 100
+#: how soon a failed watch is made again, and checked against the connection in use
+WATCH_RETRY_S = 1.0
 
 
 @dataclass(frozen=True)
@@ -399,3 +401,61 @@ class Coordination:
     async def get(self, key: bytes) -> bytes | None:
         kv = await self.call("a read", lambda c: c.get(key))
         return None if kv is None else bytes(kv.value)
+
+    # ------------------------------------------------------------------ watches
+
+    async def watch(
+        self, names: tuple[str, ...], changed: Callable[[], None], stop: asyncio.Event
+    ) -> None:
+        """Call ``changed()`` whenever a key under one of ``names`` (key prefixes below the
+        cluster's: ``brokers/``, ``controller``, ``partitions/``) changes, and once each
+        time the watch is (re)made, until ``stop`` is set.
+
+        Only a hint that makes a poll come sooner: whoever is woken reads etcd as it would
+        at its next interval, so an event missed, a watch on a member that hangs, or one
+        that failed (made again after ``WATCH_RETRY_S``) costs at most one interval. The
+        watch follows the connection ``call`` uses: when a call moved to another
+        endpoint, the watch is made again there."""
+        while not stop.is_set():
+            watches: list[Any] = []
+            try:
+                client = await self._connect()
+                for name in names:
+                    watches.append(
+                        await asyncio.wait_for(client.watch_prefix(self.key(name)), self.timeout_s)
+                    )
+                changed()  # whatever changed before the watch began
+                await self._forward(client, watches, changed, stop)
+            except Exception as e:  # a broken stream, an unreachable member
+                log.debug("etcd watch: %s", e)
+            finally:
+                for w in watches:
+                    with contextlib.suppress(Exception):
+                        await asyncio.wait_for(w.cancel(), 1.0)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), WATCH_RETRY_S)
+
+    async def _forward(
+        self, client: Any, watches: list[Any], changed: Callable[[], None], stop: asyncio.Event
+    ) -> None:
+        """Call ``changed`` at each event of ``watches`` until one ends, ``stop`` is set,
+        or ``client`` is no longer the connection in use."""
+
+        async def each(w: Any) -> None:
+            async for _event in w:
+                changed()
+
+        tasks = [asyncio.ensure_future(each(w)) for w in watches]
+        try:
+            while not stop.is_set() and self._client is client:
+                done, _ = await asyncio.wait(
+                    tasks, timeout=WATCH_RETRY_S, return_when=asyncio.FIRST_COMPLETED
+                )
+                for t in done:
+                    t.result()  # a watch that failed: raise, to be made again
+                if done:
+                    return
+        finally:
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)

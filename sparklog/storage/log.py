@@ -337,11 +337,11 @@ class PartitionLog:
             return self._producers.describe()
 
     def _should_roll(self, incoming: int, now_ms: int) -> bool:
-        seg = self._active
+        seg, age_ms = self._active, now_ms - self._manifest.active.created_ms
         if seg.frame_count == 0:
             return False
-        age_ms = now_ms - self._manifest.active.created_ms
-        return seg.legacy or self.config.rolls(seg.size + incoming, age_ms)
+        full = self._tail is not None and self._tail.full()  # too many chunks to rebuild
+        return seg.legacy or full or self.config.rolls(seg.size + incoming, age_ms)
 
     def confirm_leadership(self) -> None:
         """Run the fence (cluster mode): NotLeaderError once another broker leads."""

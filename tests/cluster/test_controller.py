@@ -7,7 +7,9 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from sparklog.cluster.assignment import plan
 from sparklog.cluster.controller import ControllerRole, read_assignments
+from sparklog.broker.membership import WATCHED
 from sparklog.cluster.coordination import BrokerInfo, Coordination
 from sparklog_testkit.processes import EtcdCluster
 
@@ -21,15 +23,19 @@ async def until(check: Callable[[], Awaitable[bool]], timeout: float = 15.0) -> 
         await asyncio.sleep(0.1)
 
 
-async def start(etcd: EtcdCluster, ids: list[int], ttl_ms: int = 1000) -> list[Any]:
+async def start(
+    etcd: EtcdCluster, ids: list[int], ttl_ms: int = 1000, *, interval_s: float = 0.1
+) -> list[Any]:
     out = []
     for i in ids:
         c = Coordination(etcd.endpoints, lease_ttl_ms=ttl_ms)
         await c.register(BrokerInfo(i, "127.0.0.1", 9000 + i))
-        role = ControllerRole(c, i, lambda: PARTS, interval_s=0.1)
+        role = ControllerRole(c, i, lambda: PARTS, interval_s=interval_s)
         stop = asyncio.Event()
-        task = asyncio.get_running_loop().create_task(role.run(stop))
-        out.append((c, role, stop, task))
+        loop = asyncio.get_running_loop()
+        task = loop.create_task(role.run(stop))
+        watch = loop.create_task(c.watch(WATCHED, role.wake.set, stop))
+        out.append((c, role, stop, asyncio.gather(task, watch)))
     return out
 
 
@@ -86,6 +92,25 @@ def test_a_leaving_broker_loses_its_partitions_at_a_higher_epoch(etcd: EtcdClust
     asyncio.run(main())
 
 
+def test_a_leaving_broker_is_seen_at_once_not_at_the_next_round(etcd: EtcdCluster) -> None:
+    async def main() -> None:
+        # rounds a minute apart: only the watch can make the controller act in time
+        brokers = await start(etcd, [1, 2, 3], interval_s=60.0)
+        coord = brokers[0][0]
+        await until(lambda: _all_assigned(coord))
+        victim = next(b for b in brokers if not b[1].is_controller)
+        gone = victim[1].node_id
+        await shut([victim])
+
+        async def moved() -> bool:
+            return all(x.leader != gone for x in (await read_assignments(coord)).values())
+
+        await until(moved)
+        await shut([b for b in brokers if b is not victim])
+
+    asyncio.run(main())
+
+
 def test_when_the_controller_is_paused_another_takes_over_and_it_writes_nothing(
     etcd: EtcdCluster,
 ) -> None:
@@ -120,7 +145,11 @@ def test_when_the_controller_is_paused_another_takes_over_and_it_writes_nothing(
 
 
 async def _all_assigned(coord: Coordination) -> bool:
-    return set(await read_assignments(coord)) == set(PARTS)
+    """Every partition assigned, and the controller has nothing left to move (brokers
+    registered one by one, each woke it: it may still be balancing)."""
+    current = await read_assignments(coord)
+    live = [b.node_id for b in await coord.brokers()]
+    return set(current) == set(PARTS) and not plan(PARTS, live, current)
 
 
 def test_cluster_describe_shows_brokers_the_controller_and_leaders(

@@ -180,3 +180,45 @@ def test_producer_id_blocks_reserved_at_once_never_overlap(etcd: EtcdCluster) ->
             await c.close()
 
     run(main())
+
+
+def test_a_watch_reports_brokers_joining_and_leaving(etcd: EtcdCluster) -> None:
+    async def main() -> None:
+        a, b = Coordination(etcd.endpoints), Coordination(etcd.endpoints)
+        await a.register(broker(1))
+        seen = asyncio.Event()
+        stop = asyncio.Event()
+        task = asyncio.get_running_loop().create_task(a.watch(("brokers/",), seen.set, stop))
+        await asyncio.wait_for(seen.wait(), 5)  # once when the watch is made
+        seen.clear()
+        await b.register(broker(2))
+        await asyncio.wait_for(seen.wait(), 5)
+        seen.clear()
+        await b.close()
+        await asyncio.wait_for(seen.wait(), 5)
+        stop.set()
+        await asyncio.wait_for(task, 5)
+        await a.close()
+
+    run(main())
+
+
+def test_a_watch_ignores_keys_outside_its_prefixes(etcd: EtcdCluster) -> None:
+    async def main() -> None:
+        a = Coordination(etcd.endpoints)
+        await a.register(broker(1))
+        seen = asyncio.Event()
+        stop = asyncio.Event()
+        task = asyncio.get_running_loop().create_task(a.watch(("brokers/",), seen.set, stop))
+        await asyncio.wait_for(seen.wait(), 5)
+        seen.clear()
+        # the tail keys every round writes must not wake the loops
+        await a.call("a put", lambda c: c.put(a.key("tail", "t", "0", "epoch"), b"1"))
+        await a.call("a put", lambda c: c.put(a.key("brokersx"), b"1"))
+        await asyncio.sleep(1.0)
+        assert not seen.is_set()
+        stop.set()
+        await asyncio.wait_for(task, 5)
+        await a.close()
+
+    run(main())

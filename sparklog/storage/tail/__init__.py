@@ -95,6 +95,7 @@ class BrokerTail:
         flush_bytes: int,
         timeout_ms: int,
         max_in_flight: int = 4,
+        max_chunks: int = 256,
     ) -> None:
         self.store = store
         self._lock = threading.Lock()
@@ -106,6 +107,7 @@ class BrokerTail:
             flush_bytes=flush_bytes,
             max_in_flight=max_in_flight,
             timeout_ms=timeout_ms,
+            max_chunks=max_chunks,
             writer=store.writer,
         )
 
@@ -155,7 +157,7 @@ class BrokerTail:
 
 class LogTail:
     """What a ``PartitionLog`` on object storage holds: its place in the broker's rounds
-    (``PartitionTail``: ``appended``, ``wait``, ``switch``, ``fail``) and the drop of the
+    (``PartitionTail``: ``appended``, ``wait``, ``switch``, ``fail``, ``full``) and the drop of the
     chunks its seals make redundant."""
 
     def __init__(self, broker: BrokerTail, tail: PartitionTail) -> None:
@@ -165,6 +167,7 @@ class LogTail:
         self.wait = tail.wait
         self.switch = tail.switch
         self.fail = tail.fail
+        self.full = tail.full
 
     def drop_sealed(self, manifest: Manifest) -> None:
         """Drop the chunks below the manifest's first unsealed segment."""

@@ -115,6 +115,8 @@ class PartitionTail:
         self._error: BaseException | None = None
         #: end position of each chunk taken but not committed -> the offset after it
         self._pending_offsets: dict[int, int] = {}
+        #: chunks taken from the active segment (a take-over rebuilds it with a GET each)
+        self.chunks = 0
 
     @property
     def key(self) -> TopicPartition:
@@ -139,6 +141,7 @@ class PartitionTail:
                 return None
             start, self._taken = self._taken, size
             base = self._offset_at(start)
+            self.chunks += 1
             self._pending_offsets[size] = next_offset
         data = seg.buffer()[start:size].to_pybytes()
         entry = TailEntry(
@@ -155,6 +158,11 @@ class PartitionTail:
             self.claim,
         )
         return Chunk(entry, data)
+
+    def full(self) -> bool:
+        """Whether the active segment holds ``max_chunks`` chunks: it rolls (its seal
+        drops them), which bounds the GETs of a take-over's rebuild and the keys in etcd."""
+        return self.chunks >= self.writer.max_chunks
 
     def _offset_at(self, position: int) -> int:
         """The offset of the first record at file ``position`` (a frame boundary a round
@@ -217,6 +225,7 @@ class PartitionTail:
             )
             self._taken = FILE_HEADER_SIZE
             self._pending_offsets.clear()
+            self.chunks = 0
 
 
 @dataclass
@@ -241,6 +250,7 @@ class RoundWriter:
         flush_bytes: int = 8 * 1024 * 1024,
         max_in_flight: int = 4,
         timeout_ms: int = 10_000,
+        max_chunks: int = 256,
         writer: str,
         clock: Callable[[], float] = time.time,
     ) -> None:
@@ -252,6 +262,7 @@ class RoundWriter:
         #: it is cut, and a failed one is cut again under the same number)
         self._max_queued = 1 if committer.ordered else max_in_flight * 2
         self.timeout_ms = timeout_ms
+        self.max_chunks = max_chunks
         self.writer = writer
         self._clock = clock
         self._cond = threading.Condition()

@@ -31,12 +31,15 @@ class S3Root:
     def tiered(self, cache_dir: Path) -> TieredFileSystem:
         return TieredFileSystem(self.s3, self.root, str(cache_dir))
 
-    def embedded_tail(self, flush_ms: int = 10, timeout_ms: int = 10_000) -> BrokerTail:
+    def embedded_tail(
+        self, flush_ms: int = 10, timeout_ms: int = 10_000, max_chunks: int = 256
+    ) -> BrokerTail:
         return BrokerTail(
             EmbeddedTail(self.s3, self.root),
             flush_ms=flush_ms,
             flush_bytes=8 << 20,
             timeout_ms=timeout_ms,
+            max_chunks=max_chunks,
         )
 
     def create_topic(self, fs: FileSystem, name: str, partitions: int = 1) -> None:

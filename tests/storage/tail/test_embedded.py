@@ -98,6 +98,27 @@ def test_a_seal_drops_its_chunks_and_their_objects(s3_root: S3Root, tmp_path: Pa
         tail.close()
 
 
+def test_a_segment_rolls_once_max_chunks_rounds_carried_it(
+    s3_root: S3Root, tmp_path: Path
+) -> None:
+    fs = s3_root.tiered(tmp_path / "cache")
+    s3_root.create_topic(fs, "t")
+    tail = s3_root.embedded_tail(max_chunks=3)
+    plog = PartitionLog.open(fs, s3_root.root, "t", 0, tail=tail)
+    try:
+        for i in range(7):  # acks=all: each append is committed in a round of its own
+            plog.append(make_records([f"v{i}".encode()]))
+        plog.wait_sealed()
+        sealed = [s for s in plog.manifest.segments if s.sealed]
+        assert [(s.base_offset, s.next_offset) for s in sealed] == [(0, 3), (3, 6)]
+        # a take-over would rebuild the active segment from at most max_chunks GETs
+        assert len(tail.store.claim("t", 0, -1).entries) <= 3
+        assert [v for _, v in _values(plog)] == [f"v{i}".encode() for i in range(7)]
+    finally:
+        plog.close()
+        tail.close()
+
+
 def test_the_cache_holds_no_manifest_and_the_bucket_no_active_segment(
     s3_root: S3Root, tmp_path: Path
 ) -> None:
