@@ -446,16 +446,17 @@ class Coordination:
                 changed()
 
         tasks = [asyncio.ensure_future(each(w)) for w in watches]
+        stopped = asyncio.ensure_future(stop.wait())  # a stop ends the wait at once
         try:
             while not stop.is_set() and self._client is client:
                 done, _ = await asyncio.wait(
-                    tasks, timeout=WATCH_RETRY_S, return_when=asyncio.FIRST_COMPLETED
+                    [*tasks, stopped], timeout=WATCH_RETRY_S, return_when=asyncio.FIRST_COMPLETED
                 )
                 for t in done:
                     t.result()  # a watch that failed: raise, to be made again
                 if done:
                     return
         finally:
-            for t in tasks:
+            for t in (*tasks, stopped):
                 t.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
+            await asyncio.gather(*tasks, stopped, return_exceptions=True)

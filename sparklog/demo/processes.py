@@ -34,10 +34,14 @@ _PROJECT = Path(__file__).resolve().parents[2]  # the checkout: the child import
 _PR_SET_PDEATHSIG = 1
 
 
+#: loaded here, in the parent: ``die_with_parent`` runs between fork and exec, where a
+#: dlopen in a process with other threads (gRPC's, in the tests) may deadlock or crash
+_LIBC = ctypes.CDLL("libc.so.6", use_errno=True) if sys.platform.startswith("linux") else None
+
+
 def die_with_parent() -> None:  # runs in the child between fork and exec
-    if sys.platform.startswith("linux"):
-        libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    if _LIBC is not None:
+        _LIBC.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
 class BrokerProcess:

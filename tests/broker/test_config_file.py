@@ -134,3 +134,9 @@ def test_the_ack_fence_is_no_setting(tmp_path: Path) -> None:
     conf, out = _start(tmp_path, "[broker]\nack_fence = false\n")
     line = _one_line_error(out)
     assert str(conf) in line and "[broker] ack_fence" in line
+
+
+def test_a_tail_max_chunks_below_one_is_refused_in_one_line(tmp_path: Path) -> None:
+    _conf, out = _start(tmp_path, "[broker]\ntail_max_chunks = 0\n")
+    line = _one_line_error(out)
+    assert "tail_max_chunks must be >= 1, got 0" in line
