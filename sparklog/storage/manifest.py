@@ -316,19 +316,37 @@ class ManifestStore:
         assert latest is not None
         return latest
 
-    def commit(self, transform: Callable[[Manifest], Manifest | None]) -> Manifest:
+    def commit(
+        self, transform: Callable[[Manifest], Manifest | None], *, current: Manifest | None = None
+    ) -> Manifest:
         """Apply ``transform`` to the latest version and commit the result as the next one.
 
         ``transform`` may raise (for instance SegmentNotLiveError) to abort, or return None
         to commit nothing. It is re-run on the new latest version after a lost race.
+
+        ``current``: a version the caller read a moment ago, tried first instead of
+        reading the latest (2 GETs on an object store). Only a commit trusts it: versions
+        are contiguous, so winning ``current.version + 1`` proves ``current`` was the
+        latest. A lost race, or a transform that raises or commits nothing on it, is
+        decided again on the latest version read anew.
         """
+        hint = current
         for _ in range(MAX_COMMIT_ATTEMPTS):
-            current = self.latest()
-            if current is None:
-                raise CorruptMetadataError(f"{self.files.directory}: no manifest to update")
-            nxt = transform(current)
-            if nxt is None:
-                return current
+            if hint is not None:
+                current, hint = hint, None
+                try:
+                    nxt = transform(current)
+                except Exception:  # decided on a version that may be stale: decide anew
+                    continue
+                if nxt is None:
+                    continue
+            else:
+                current = self.latest()
+                if current is None:
+                    raise CorruptMetadataError(f"{self.files.directory}: no manifest to update")
+                nxt = transform(current)
+                if nxt is None:
+                    return current
             nxt = dataclasses.replace(
                 nxt, version=current.version + 1, committed_ms=self._now_ms(), writer=self.writer
             ).validate()

@@ -200,17 +200,19 @@ def take_over(
     now_ms: int,
     label: str,
     tail_rolls: list[str] | None = None,
+    read: Manifest | None = None,
 ) -> Recovered:
     """Take the partition over at leader epoch ``epoch`` (the module docstring's steps);
     ``LeaseLostError`` if a newer epoch committed meanwhile. ``tail_rolls``: segments past
-    the active one rebuilt from the tail, whose rolls are committed after the epoch."""
-    if store.latest() is not None:
-        store.commit(transforms.EpochChange(epoch, label))
+    the active one rebuilt from the tail, whose rolls are committed after the epoch.
+    ``read``: the manifest the caller just read, tried first by the epoch's commit."""
+    if read is not None or store.latest() is not None:
+        store.commit(transforms.EpochChange(epoch, label), current=read)
         rolls = tail_rolls or []
         _commit_tail_rolls(fs, path, config, store, rolls, epoch, now_ms=now_ms, label=label)
     found = recover(fs, path, config, store, now_ms=now_ms, label=label)
     if found.manifest.leader_epoch < epoch:  # a partition no writer had opened
-        found.manifest = store.commit(transforms.EpochChange(epoch, label))
+        found.manifest = store.commit(transforms.EpochChange(epoch, label), current=found.manifest)
     if found.active_epoch == epoch:  # this broker took it over at this epoch before
         _record_epoch(fs, path, epoch, found.active.base_offset)
         return found
@@ -230,7 +232,9 @@ def take_over(
         )
     active = SegmentInfo(new.name, end, None, created_ms=now_ms)
     try:
-        manifest = store.commit(transforms.TakeOver(epoch, old.name, frozen, active, label))
+        manifest = store.commit(
+            transforms.TakeOver(epoch, old.name, frozen, active, label), current=found.manifest
+        )
     except BaseException:
         new.close()
         raise
@@ -268,6 +272,7 @@ def open_partition(
     path = names.partition_dir(root, topic, partition)
     label = f"{topic}-{partition}"
     later: list[str] = []
+    manifest: Manifest | None = None
     if tail is not None:
         entries = tail.claim(topic, partition, -1 if leader_epoch is None else leader_epoch)
         crashpoints.hit("take_over.after_claim")  # the next take-over claims again
@@ -278,8 +283,9 @@ def open_partition(
         _commit_tail_rolls(fs, path, config, store, later, None, now_ms=now_ms, label=label)
         return recover(fs, path, config, store, now_ms=now_ms, label=label)
     return take_over(
-        fs, path, config, store, leader_epoch, now_ms=now_ms, label=label, tail_rolls=later
-    )
+        fs, path, config, store, leader_epoch, now_ms=now_ms, label=label, tail_rolls=later,
+        read=manifest,
+    )  # fmt: skip
 
 
 def _commit_tail_rolls(

@@ -7,9 +7,9 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from sparklog.broker.membership import WATCHED
 from sparklog.cluster.assignment import plan
 from sparklog.cluster.controller import ControllerRole, read_assignments
-from sparklog.broker.membership import WATCHED
 from sparklog.cluster.coordination import BrokerInfo, Coordination
 from sparklog_testkit.processes import EtcdCluster
 

@@ -69,6 +69,40 @@ def test_transform_returning_none_commits_nothing(fs: LocalFileSystem, root: str
     assert store.files.versions() == [0]
 
 
+def test_a_commit_on_a_version_read_before_another_commit_is_decided_on_the_latest(
+    fs: LocalFileSystem, root: str
+) -> None:
+    store = ManifestStore(fs, root)
+    stale = _initial(store)
+    store.commit(lambda m: dataclasses.replace(m, log_start_offset=0, leader_epoch=3))
+    seen: list[int] = []
+
+    def bump(m: Manifest) -> Manifest:
+        seen.append(m.version)
+        return dataclasses.replace(m, leader_epoch=m.leader_epoch + 1)
+
+    got = store.commit(bump, current=stale)
+    assert seen == [0, 1]  # tried on the hint, lost version 1, decided again on it
+    assert (got.version, got.leader_epoch) == (2, 4)
+    assert store.latest() == got
+
+
+def test_a_transform_that_refuses_the_hint_is_run_again_on_the_latest(
+    fs: LocalFileSystem, root: str
+) -> None:
+    store = ManifestStore(fs, root)
+    _initial(store)
+    latest = store.commit(lambda m: dataclasses.replace(m, leader_epoch=5))
+    stale = store.read(0)
+
+    def only_from_epoch_5(m: Manifest) -> Manifest | None:
+        if m.leader_epoch < 5:
+            raise CorruptMetadataError("an older epoch")
+        return None  # nothing to change
+
+    assert store.commit(only_from_epoch_5, current=stale) == latest
+
+
 def test_manifest_with_a_gap_between_segments_is_rejected() -> None:
     a = SegmentInfo(names.segment_name(0), 0, 10)
     b = SegmentInfo(names.segment_name(11, kind="arrow"), 11, None)

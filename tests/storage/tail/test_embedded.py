@@ -98,9 +98,7 @@ def test_a_seal_drops_its_chunks_and_their_objects(s3_root: S3Root, tmp_path: Pa
         tail.close()
 
 
-def test_a_segment_rolls_once_max_chunks_rounds_carried_it(
-    s3_root: S3Root, tmp_path: Path
-) -> None:
+def test_a_segment_rolls_once_max_chunks_rounds_carried_it(s3_root: S3Root, tmp_path: Path) -> None:
     fs = s3_root.tiered(tmp_path / "cache")
     s3_root.create_topic(fs, "t")
     tail = s3_root.embedded_tail(max_chunks=3)
