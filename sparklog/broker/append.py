@@ -141,21 +141,26 @@ class AppendService:
         """Append every entry, then (``acks`` 1 or -1) await their durability; one outcome
         per entry, in order."""
         self.check_acks(acks)
+        gates = []
         if self.manager.taking:  # a take-over in progress: its batches wait, in order
             keys = {(topic, partition) for topic, partition, _ in entries}
-            await self.manager.until_taken_over(keys, TAKE_OVER_WAIT_S)
+            gates = await self.manager.until_taken_over(keys, TAKE_OVER_WAIT_S)
         outcomes: list[AppendOutcome] = []
         waits: list[tuple[AppendOutcome, PartitionHandle, int]] = []
-        for topic, partition, records in entries:
-            try:
-                outcome, handle, upto = self._append_one(
-                    topic, partition, records, transactional_id
-                )
-            except (SparkLogError, ValueError) as e:
-                outcomes.append(AppendOutcome(error=await self._refused(topic, partition, e)))
-                continue
-            outcomes.append(outcome)
-            waits.append((outcome, handle, upto))
+        try:
+            for topic, partition, records in entries:
+                try:
+                    outcome, handle, upto = self._append_one(
+                        topic, partition, records, transactional_id
+                    )
+                except (SparkLogError, ValueError) as e:
+                    outcomes.append(AppendOutcome(error=await self._refused(topic, partition, e)))
+                    continue
+                outcomes.append(outcome)
+                waits.append((outcome, handle, upto))
+        finally:
+            if gates:  # appended: the requests behind this one go on
+                self.manager.passed(gates)
         if acks == 0:
             for _outcome, handle, upto in waits:
                 task = asyncio.get_running_loop().create_task(

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 from sparklog.broker.config import BrokerConfig
 from sparklog.broker.coordinators.producer_ids import ProducerIdAllocator
+from sparklog.broker.gate import TakeOverGate
 from sparklog.errors import (
     FencedLeaderEpochError,
     ForeignWriterError,
@@ -73,8 +74,9 @@ class PartitionManager:
         #: (``sparklog.broker.object_storage``) the tiered one and the tail, set by the broker
         self.log_fs: FileSystem = storage.fs
         self.tail: BrokerTail | None = None
-        #: cluster mode: partitions this broker is taking over right now (``taking_over``)
-        self.taking: dict[tuple[str, int], asyncio.Event] = {}
+        #: cluster mode: the gates of partitions this broker is taking over right now, or
+        #: whose waiting produce requests are still passing (``sparklog.broker.gate``)
+        self.taking: dict[tuple[str, int], TakeOverGate] = {}
         #: object storage: (manifest version, when to collect again) per partition
         self._gc_seen: dict[tuple[str, int], tuple[int, float]] = {}
         for name in storage.topics.list():
@@ -330,16 +332,34 @@ class PartitionManager:
     def taking_over(self, topic: str, partition: int) -> None:
         """Cluster mode: a take-over of ``topic-partition`` started (Metadata may already
         name this broker its leader); produce requests for it wait for ``taken_over``."""
-        self.taking.setdefault((topic, partition), asyncio.Event())
+        gate = self.taking.get((topic, partition))
+        if gate is None:
+            self.taking[(topic, partition)] = TakeOverGate()
+        else:
+            gate.close()
 
     def taken_over(self, topic: str, partition: int) -> None:
-        """The take-over ended (installed, or failed): the requests waiting go on."""
-        event = self.taking.pop((topic, partition), None)
-        if event is not None:
-            event.set()
+        """The take-over ended (installed, or failed): the requests waiting go on, one
+        after another in the order they came."""
+        gate = self.taking.get((topic, partition))
+        if gate is not None:
+            gate.open()
+            if gate.idle:
+                del self.taking[(topic, partition)]
 
-    async def until_taken_over(self, keys: Iterable[tuple[str, int]], timeout_s: float) -> None:
-        """Wait (at most ``timeout_s``) for the take-overs of ``keys`` in progress.
+    def passed(self, entered: list[tuple[tuple[str, int], TakeOverGate]]) -> None:
+        """The requests that ``until_taken_over`` let through appended: the next go on."""
+        for key, gate in entered:
+            gate.leave()
+            if gate.idle and self.taking.get(key) is gate:
+                del self.taking[key]
+
+    async def until_taken_over(
+        self, keys: Iterable[tuple[str, int]], timeout_s: float
+    ) -> list[tuple[tuple[str, int], TakeOverGate]]:
+        """Wait (at most ``timeout_s``) for the take-overs of ``keys`` in progress, and for
+        the requests that came before (``sparklog.broker.gate``); the gates entered, to be
+        left with ``passed`` once the batches are appended.
 
         A produce request that reaches a new leader before its take-over ends would be
         answered NOT_LEADER_OR_FOLLOWER, which clients take as "not written": an idempotent
@@ -347,11 +367,18 @@ class PartitionManager:
         finished leader sees OUT_OF_ORDER_SEQUENCE_NUMBER, bumps its epoch and sends the
         earlier batches again as new records - duplicates of records the old leader had
         committed. Waiting keeps the batches in order, as Kafka's short leader transition
-        does."""
-        events = [self.taking[k] for k in keys if k in self.taking]
-        if events:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(asyncio.gather(*(e.wait() for e in events)), timeout_s)
+        does. Gates are entered in key order, so two requests never wait for each other."""
+        entered: list[tuple[tuple[str, int], TakeOverGate]] = []
+        try:
+            async with asyncio.timeout(timeout_s):
+                for key in sorted(keys):
+                    gate = self.taking.get(key)
+                    if gate is not None:
+                        await gate.enter()
+                        entered.append((key, gate))
+        except TimeoutError:
+            pass  # goes on without the gates it did not get (answered NOT_LEADER if still taken)
+        return entered
 
     def install(
         self, topic: str, partition: int, plog: PartitionLog, epoch: int
