@@ -182,8 +182,9 @@ class PartitionLog:
             high_watermark=plog.high_watermark,
             batches=lambda start, columns: plog.batches(start, columns=columns),
             manifest=plog.manifest,
+            snapshot=found.snapshot,
         )
-        if plog._producers.txn_version or txnindex.has_index(fs, path):
+        if plog._producers.txn_version or txnindex.has_index(fs, path, found.listing):
             plog._write_txn_index(force=True)
         if tail is not None:
             plog._tail = tail.attach(topic, partition, plog.epochs.epoch, plog._active)

@@ -41,6 +41,7 @@ from __future__ import annotations
 import itertools
 import logging
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import pyarrow as pa
@@ -82,6 +83,12 @@ class Recovered:
     manifest: Manifest
     active: ActiveSegment
     report: RecoveryReport
+    #: the partition directory's names as recovery listed them (one LIST on an object
+    #: store, which ``PartitionLog.open`` reuses instead of listing again)
+    listing: tuple[str, ...] = ()
+    #: the producer snapshot a take-over on object storage read while the cache was
+    #: rebuilt (``producer_states``' starting point); None: not read yet
+    snapshot: ProducerStates | None = None
 
     @property
     def active_epoch(self) -> int | None:
@@ -102,12 +109,17 @@ def _ever_named(store: ManifestStore) -> set[str]:
 
 
 def _delete_orphans(
-    fs: FileSystem, path: str, store: ManifestStore, manifest: Manifest, report: RecoveryReport
+    fs: FileSystem,
+    path: str,
+    store: ManifestStore,
+    manifest: Manifest,
+    report: RecoveryReport,
+    listing: list[str],
 ) -> None:
     live = manifest.names()
     unsealed = {s.base_offset for s in manifest.unsealed_rolled}
     named: set[str] | None = None
-    for name in fs.listdir(path):
+    for name in listing:
         seg = names.parse_segment_name(name)
         if seg is None or name in live:
             continue
@@ -146,14 +158,28 @@ def recover(
     *,
     now_ms: int,
     label: str,
+    manifest: Manifest | None = None,
 ) -> Recovered:
-    """Steps 1 and 2 of the module docstring for the partition directory ``path``."""
+    """Steps 1 and 2 of the module docstring for the partition directory ``path``.
+
+    ``manifest``: the version the caller committed a moment ago (a take-over's), used
+    instead of reading the latest (2 GETs on an object store). It is safe to act on: after
+    the take-over's ``EpochChange`` no older leader commits, and what a job may commit
+    meanwhile (retention, compaction) names no generation-0 file and moves no active
+    segment, which is all the orphan step looks at; the ``TakeOver`` commit that follows
+    wins only on the latest version, and decides again otherwise.
+
+    The directory is listed once: for temporary files and for orphans (files created
+    after the listing are this call's own, which the manifest names)."""
     fs.makedirs(names.manifest_dir(path))
     report = RecoveryReport()
-    for name in fs.listdir(path):
+    listing = fs.listdir(path)
+    for name in listing:
         if name.startswith(names.TMP_PREFIX):
             fs.delete(fs.join(path, name))
-    manifest = store.latest()
+    listing = [n for n in listing if not n.startswith(names.TMP_PREFIX)]
+    if manifest is None:
+        manifest = store.latest()
     if manifest is None:
         info = SegmentInfo(
             names.segment_name(0, kind=names.ACTIVE_KIND), 0, None, created_ms=now_ms
@@ -162,7 +188,7 @@ def recover(
         # three descriptors per new partition for the life of the process)
         ActiveSegment.create(fs, path, 0, config.index_interval_bytes).close()
         manifest = store.create_initial(Manifest(0, 0, (info,)))
-    _delete_orphans(fs, path, store, manifest, report)
+    _delete_orphans(fs, path, store, manifest, report, listing)
     active, truncated = ActiveSegment.open(
         fs, path, manifest.active.name, config.index_interval_bytes
     )
@@ -187,7 +213,7 @@ def recover(
             if report.lost_acknowledged
             else "",
         )
-    return Recovered(store, manifest, active, report)
+    return Recovered(store, manifest, active, report, tuple(listing))
 
 
 def take_over(
@@ -201,20 +227,38 @@ def take_over(
     label: str,
     tail_rolls: list[str] | None = None,
     read: Manifest | None = None,
+    rebuilt: Callable[[], object] | None = None,
 ) -> Recovered:
     """Take the partition over at leader epoch ``epoch`` (the module docstring's steps);
     ``LeaseLostError`` if a newer epoch committed meanwhile. ``tail_rolls``: segments past
     the active one rebuilt from the tail, whose rolls are committed after the epoch.
-    ``read``: the manifest the caller just read, tried first by the epoch's commit."""
+    ``read``: the manifest the caller just read, tried first by the epoch's commit.
+
+    ``rebuilt``: waits for the cache rebuild that runs beside this call (object storage:
+    ``open_partition``). Until then only what does not read the cache is done: the
+    ``EpochChange`` commit, and the reads of the leader-epoch history and the producer
+    snapshot (``Recovered.snapshot``), a request each that would otherwise come after
+    the rebuild's GETs instead of beside them."""
+    committed: Manifest | None = None
+    history: list[tuple[int, int]] | None = None
+    snapshot: ProducerStates | None = None
     if read is not None or store.latest() is not None:
-        store.commit(transforms.EpochChange(epoch, label), current=read)
+        committed = store.commit(transforms.EpochChange(epoch, label), current=read)
+    if rebuilt is not None:
+        history = checkpoints.read_leader_epochs(fs, path)
+        snapshot = _read_snapshot(fs, path, committed)
+        rebuilt()
+    if committed is not None:
         rolls = tail_rolls or []
-        _commit_tail_rolls(fs, path, config, store, rolls, epoch, now_ms=now_ms, label=label)
-    found = recover(fs, path, config, store, now_ms=now_ms, label=label)
+        committed = _commit_tail_rolls(
+            fs, path, config, store, rolls, epoch, now_ms=now_ms, label=label, current=committed
+        )
+    found = recover(fs, path, config, store, now_ms=now_ms, label=label, manifest=committed)
+    found.snapshot = snapshot
     if found.manifest.leader_epoch < epoch:  # a partition no writer had opened
         found.manifest = store.commit(transforms.EpochChange(epoch, label), current=found.manifest)
     if found.active_epoch == epoch:  # this broker took it over at this epoch before
-        _record_epoch(fs, path, epoch, found.active.base_offset)
+        _record_epoch(fs, path, epoch, found.active.base_offset, history)
         return found
     old = found.active
     end = old.next_offset
@@ -240,7 +284,7 @@ def take_over(
         raise
     finally:
         old.close()
-    _record_epoch(fs, path, epoch, end)
+    _record_epoch(fs, path, epoch, end, history)
     log.info(
         "%s: taken over at leader epoch %d from offset %d (%s %s)",
         label,
@@ -249,7 +293,7 @@ def take_over(
         old.name,
         "frozen" if frozen else "empty, dropped",
     )
-    return Recovered(store, manifest, new, found.report)
+    return Recovered(store, manifest, new, found.report, found.listing, snapshot)
 
 
 def open_partition(
@@ -271,21 +315,36 @@ def open_partition(
     (``tail.rebuild.materialize``), so that recovery finds exactly the committed bytes."""
     path = names.partition_dir(root, topic, partition)
     label = f"{topic}-{partition}"
-    later: list[str] = []
-    manifest: Manifest | None = None
-    if tail is not None:
+    if tail is None:
+        if leader_epoch is None:
+            return recover(fs, path, config, store, now_ms=now_ms, label=label)
+        return take_over(fs, path, config, store, leader_epoch, now_ms=now_ms, label=label)
+    # the rebuild's GETs are made together with those of the broker's other take-overs
+    # running now (``tail.fetches``): joined before the claim, left at the latest here
+    part = tail.fetches.join()
+    try:
         entries = tail.claim(topic, partition, -1 if leader_epoch is None else leader_epoch)
         crashpoints.hit("take_over.after_claim")  # the next take-over claims again
         manifest = store.latest()
-        later = rebuild.past_active(manifest, entries)
-        rebuild.materialize(fs, root, path, manifest, entries, also=later)
+    except BaseException:
+        part.leave()
+        raise
+    later = rebuild.past_active(manifest, entries)
     if leader_epoch is None:
+        rebuild.materialize(fs, root, path, manifest, entries, also=later, participant=part)
         _commit_tail_rolls(fs, path, config, store, later, None, now_ms=now_ms, label=label)
         return recover(fs, path, config, store, now_ms=now_ms, label=label)
-    return take_over(
-        fs, path, config, store, leader_epoch, now_ms=now_ms, label=label, tail_rolls=later,
-        read=manifest,
-    )  # fmt: skip
+    # a take-over rebuilds the cache (ranged GETs of the round objects) on a thread of its
+    # own while it commits its epoch and reads what does not come from the cache; a failed
+    # take-over still waits for the rebuild (leaving the pool), so none outlives it
+    with ThreadPoolExecutor(1, thread_name_prefix="sparklog-rebuild") as pool:
+        building = pool.submit(
+            rebuild.materialize, fs, root, path, manifest, entries, also=later, participant=part
+        )
+        return take_over(
+            fs, path, config, store, leader_epoch, now_ms=now_ms, label=label,
+            tail_rolls=later, read=manifest, rebuilt=building.result,
+        )  # fmt: skip
 
 
 def _commit_tail_rolls(
@@ -298,20 +357,27 @@ def _commit_tail_rolls(
     *,
     now_ms: int,
     label: str,
-) -> None:
+    current: Manifest | None = None,
+) -> Manifest | None:
     """Commit the rolls to the segments ``later`` (``rebuild.past_active``, rebuilt in the
     cache): each segment before one of them rolled at its base, the size and timestamps
     read from its rebuilt file. A file that does not end where the next segment starts
     (corrupt) ends the chain there: the segments after it stay unnamed, orphans. ``later``
     was found on an older manifest version: segments a deposed leader's seal has named
-    since (it carried some of these rolls) are left out."""
-    manifest = store.latest()
-    if not later or manifest is None:
-        return
+    since (it carried some of these rolls) are left out.
+
+    ``current``: the version the caller just committed (the take-over's ``EpochChange``,
+    after which no older leader commits), used instead of reading the latest. Returns
+    the version committed here, else ``current`` (None: the caller reads the latest)."""
+    if not later:
+        return current
+    manifest = current if current is not None else store.latest()
+    if manifest is None:
+        return None
     active_base = manifest.active.base_offset
     later = [n for n in later if _base_offset(n) > active_base]
     if not later:
-        return
+        return current
     chain = [manifest.active.name, *later]
     created = manifest.active.created_ms
     rolls: list[transforms.Roll] = []
@@ -343,15 +409,27 @@ def _commit_tail_rolls(
         rolls.append(transforms.Roll(rolled, active))
         created = now_ms
     if not rolls:
-        return
+        return current
     found: transforms.Transform = transforms.Rolled(tuple(rolls))
-    store.commit(found if epoch is None else transforms.Fenced(epoch, found, label))
+    committed = store.commit(
+        found if epoch is None else transforms.Fenced(epoch, found, label), current=current
+    )
     log.info("%s: committed %d roll(s) found in the tail", label, len(rolls))
+    return committed
 
 
-def _record_epoch(fs: FileSystem, path: str, epoch: int, start: int) -> None:
-    """Add ``(epoch, start)`` to the leader-epoch history (OffsetForLeaderEpoch's answers)."""
-    history = checkpoints.read_leader_epochs(fs, path)
+def _record_epoch(
+    fs: FileSystem,
+    path: str,
+    epoch: int,
+    start: int,
+    history: list[tuple[int, int]] | None = None,
+) -> None:
+    """Add ``(epoch, start)`` to the leader-epoch history (OffsetForLeaderEpoch's answers);
+    ``history``: the history as read earlier in the take-over (only the leader writes it,
+    and the take-over is the leader's first step), else it is read here."""
+    if history is None:
+        history = checkpoints.read_leader_epochs(fs, path)
     if not history or history[-1][0] < epoch:
         checkpoints.write_leader_epochs(fs, path, [*history[-99:], (epoch, start)])
 
@@ -364,18 +442,27 @@ def producer_states(
     high_watermark: int,
     batches: Callable[[int, list[str]], Iterator[pa.RecordBatch]],
     manifest: Manifest | None = None,
+    snapshot: ProducerStates | None = None,
 ) -> ProducerStates:
     """The partition's idempotent-producer state: the snapshot, then the records after it
     (``batches(start, PRODUCER_COLUMNS)`` yields them) replayed. On an object store the
     snapshot is the newer of the snapshot file (written at close) and the one in the
-    footer of ``manifest``'s newest sealed segment (``sealed.PRODUCER_STATE_KEY``)."""
+    footer of ``manifest``'s newest sealed segment (``sealed.PRODUCER_STATE_KEY``).
+    ``snapshot``: that starting point, read already (``Recovered.snapshot``)."""
+    states = snapshot if snapshot is not None else _read_snapshot(fs, path, manifest)
+    start = max(states.covered_offset, log_start_offset)
+    if start < high_watermark:
+        states.replay(list(batches(start, PRODUCER_COLUMNS)))
+    return states
+
+
+def _read_snapshot(fs: FileSystem, path: str, manifest: Manifest | None) -> ProducerStates:
+    """The newer of the snapshot file and the footer snapshot of ``manifest`` (object
+    stores); empty states where there is neither."""
     states = read_snapshot(fs, path) or ProducerStates()
     footer = _footer_snapshot(fs, path, manifest) if manifest is not None else None
     if footer is not None and footer.covered_offset > states.covered_offset:
         states = footer
-    start = max(states.covered_offset, log_start_offset)
-    if start < high_watermark:
-        states.replay(list(batches(start, PRODUCER_COLUMNS)))
     return states
 
 

@@ -21,6 +21,7 @@ atomically, never fsynced.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -115,9 +116,11 @@ def _newest_older(fs: FileSystem, partition_path: str, name: str) -> str:
     return older[-1] if older else ""
 
 
-def has_index(fs: FileSystem, partition_path: str) -> bool:
-    """Whether a writer of the partition ever wrote a transaction index."""
-    return any(names.is_txn_index_file(n) for n in fs.listdir(partition_path))
+def has_index(fs: FileSystem, partition_path: str, listing: Iterable[str] | None = None) -> bool:
+    """Whether a writer of the partition ever wrote a transaction index (``listing``: the
+    directory's names, listed a moment ago by the caller; else it is listed here)."""
+    found = fs.listdir(partition_path) if listing is None else listing
+    return any(names.is_txn_index_file(n) for n in found)
 
 
 def write_txn_index(

@@ -32,6 +32,7 @@ from sparklog.errors import SparkLogError
 from sparklog.storage.active import ActiveSegment
 from sparklog.storage.checkpoints import LogPosition
 from sparklog.storage.manifest import Manifest
+from sparklog.storage.tail.fetch import SharedFetch
 from sparklog.storage.tail.objects import Claimed, TailEntry
 from sparklog.storage.tail.rounds import PartitionTail, RoundWriter, TailCommitter
 
@@ -98,6 +99,8 @@ class BrokerTail:
         max_chunks: int = 256,
     ) -> None:
         self.store = store
+        #: the cache rebuilds of this broker's take-overs, read together (``fetch``)
+        self.fetches = SharedFetch()
         self._lock = threading.Lock()
         self._tokens: dict[tuple[str, int], str] = {}
         self._keys: dict[str, str] = {}  # topic name -> tail key

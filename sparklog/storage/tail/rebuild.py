@@ -14,7 +14,9 @@ exactly its committed bytes:
   past it was never committed, so never acknowledged;
 - a shorter or missing one (a new machine, a wiped cache, another broker's segment) is
   written anew: the file header, then the chunks' bytes, read by ranged GETs, one request
-  per object however many chunks it holds, several objects at once.
+  per object however many chunks it holds, several objects at once - together with the
+  other take-overs running on the broker at the same time, whose slices lie in the same
+  round objects (``fetch.SharedFetch``).
 
 Recovery then walks the frames as for any active segment (CRC, offsets), so a corrupt
 chunk is found there.
@@ -29,16 +31,15 @@ from __future__ import annotations
 import logging
 from collections import defaultdict
 from collections.abc import Iterable
-from concurrent.futures import ThreadPoolExecutor
 
 from sparklog.storage import names
 from sparklog.storage.active import FILE_HEADER, FILE_HEADER_SIZE
 from sparklog.storage.fs import FileSystem
 from sparklog.storage.manifest import Manifest
+from sparklog.storage.tail.fetch import Participant, SharedFetch
 from sparklog.storage.tail.objects import TailEntry
 
 log = logging.getLogger(__name__)
-FETCH_THREADS = 16
 
 
 def chain(entries: Iterable[TailEntry]) -> list[tuple[TailEntry, int]]:
@@ -89,11 +90,29 @@ def materialize(
     manifest: Manifest | None,
     entries: list[TailEntry],
     also: Iterable[str] = (),
+    participant: Participant | None = None,
 ) -> int:
     """Make the cache's unsealed segment files of one partition (and the segments ``also``
     names: ``past_active``'s) hold exactly their committed bytes (module docstring).
     ``fs`` is the broker's tiered filesystem, ``root`` the storage root the entries'
-    objects are relative to. Returns the bytes fetched."""
+    objects are relative to; ``participant``: this take-over's place in its broker's
+    ``SharedFetch`` (left here, fetched or not). Returns the bytes fetched."""
+    part = participant if participant is not None else SharedFetch().join()
+    try:
+        return _materialize(fs, root, partition_path, manifest, entries, also, part)
+    finally:
+        part.leave()
+
+
+def _materialize(
+    fs: FileSystem,
+    root: str,
+    partition_path: str,
+    manifest: Manifest | None,
+    entries: list[TailEntry],
+    also: Iterable[str],
+    part: Participant,
+) -> int:
     by_segment: dict[str, list[TailEntry]] = defaultdict(list)
     for e in entries:
         by_segment[e.segment].append(e)
@@ -119,20 +138,8 @@ def materialize(
     wanted: dict[str, list[tuple[int, int]]] = defaultdict(list)
     for _name, _path, links in fetch:
         for e, first in links:
-            wanted[e.object].append((e.at + first - e.start, e.at + e.end - e.start))
-    with ThreadPoolExecutor(max(1, min(FETCH_THREADS, len(wanted)))) as pool:
-        got = dict(
-            zip(
-                wanted,
-                pool.map(
-                    lambda item: dict(
-                        zip(item[1], fs.read_ranges(fs.join(root, item[0]), item[1]), strict=True)
-                    ),
-                    wanted.items(),
-                ),
-                strict=True,
-            )
-        )
+            wanted[fs.join(root, e.object)].append((e.at + first - e.start, e.at + e.end - e.start))
+    got = part.fetch(fs, wanted)
     fetched = 0
     for name, path, links in fetch:
         f = fs.open_append(path)
@@ -140,7 +147,8 @@ def materialize(
             f.truncate(0)
             f.write(FILE_HEADER)
             for e, first in links:
-                data = got[e.object][(e.at + first - e.start, e.at + e.end - e.start)]
+                at = e.at + first - e.start
+                data = got[fs.join(root, e.object)][(at, e.at + e.end - e.start)]
                 f.write(data)
                 fetched += len(data)
             f.sync()

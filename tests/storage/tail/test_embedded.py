@@ -285,3 +285,35 @@ def test_a_new_leader_finds_the_producer_state_in_an_older_footer(
         batches=batches, manifest=again.manifest,
     )  # fmt: skip
     assert replayed_from == [5]
+
+
+def test_a_take_over_lists_its_directory_once_and_reads_the_manifest_once(
+    s3_root: S3Root, tmp_path: Path
+) -> None:
+    """The take-over of a partition whose leader's machine is gone: the partition
+    directory is listed once (recovery's listing serves the orphan step and the
+    transaction-index check), and the latest manifest is read once, before the epoch's
+    commit; the versions it commits after that are carried forward, not read back."""
+    cache = tmp_path / "cache"
+    fs = s3_root.tiered(cache)
+    s3_root.create_topic(fs, "t")
+    tail = s3_root.embedded_tail()
+    plog = PartitionLog.open(fs, s3_root.root, "t", 0, tail=tail, leader_epoch=1)
+    plog.append(make_records([b"a"] * 3))
+    tail.close()  # the machine is gone
+    shutil.rmtree(cache)
+    tail2 = s3_root.embedded_tail()
+    try:
+        fs2 = s3_root.tiered(tmp_path / "cache2")
+        before = s3_root.s3.requests()
+        again = PartitionLog.open(fs2, s3_root.root, "t", 0, tail=tail2, leader_epoch=2)
+        after = s3_root.s3.requests()
+        used = {k: after[k] - before.get(k, 0) for k in after if after[k] != before.get(k, 0)}
+        assert again.high_watermark == 3
+        assert used.get("LIST", 0) == 1
+        # the manifest's probe (2), the leader-epoch history, the producer snapshot, the
+        # transaction index's marker read: 9 before the commits were carried forward
+        assert used.get("GET", 0) <= 5
+        again.close()
+    finally:
+        tail2.close()
