@@ -65,6 +65,8 @@ from sparklog.storage import names
 log = logging.getLogger(__name__)
 #: partitions a broker takes over at once
 TAKE_OVER_THREADS = 8
+#: how long a user partition's take-over holds the internal partitions' back (``_apply``)
+USERS_FIRST_S = 5.0
 
 VIEW_INTERVAL_S = 0.25
 TOPIC_SYNC_S = 1.0
@@ -76,9 +78,14 @@ PRODUCER_ID_BLOCK = 1000
 WATCHED = ("brokers/", "controller", "partitions/")
 
 
+def _internal(p: Partition) -> bool:
+    """An internal topic's partition (``__consumer_offsets``, ``__transaction_state``)."""
+    return p[0].startswith("__")
+
+
 def _users_first(item: tuple[Partition, int]) -> tuple[bool, Partition]:
     """Take-over order: user topics, then the internal ones (``__consumer_offsets``...)."""
-    return item[0][0].startswith("__"), item[0]
+    return _internal(item[0]), item[0]
 
 
 class EpochFence:
@@ -231,6 +238,7 @@ class ClusterMember:
         self.leadership_changes = 0
         #: take-overs running (see the module docstring), by partition
         self._taking: dict[Partition, asyncio.Task[None]] = {}
+        self._taking_since: dict[Partition, float] = {}  # time.monotonic() at their start
         #: lease generation: +1 at each lost lease; a take-over started before is abandoned
         self._generation = 0
         self._host_port = ("", 0)
@@ -374,22 +382,38 @@ class ClusterMember:
             if mine.get(key) != handle.leader_epoch:
                 await self._give_up(key, "assigned elsewhere")
         loop = asyncio.get_running_loop()
-        # the users' partitions first: the take-over threads take them in this order, and
-        # a dead broker's share of the internal topics (50 + 50 partitions) would
-        # otherwise queue ahead of them ("__..." sorts first)
+        # the users' partitions first, and the internal ones only once no user partition
+        # is being taken over: a dead broker's share of the internal topics (50 + 50
+        # partitions by default) would otherwise take the take-over threads, the CPU and
+        # the store's requests while its users' partitions wait ("__..." sorts first).
+        # Their clients are told to retry meanwhile (NOT_COORDINATOR); the end of each
+        # take-over wakes this loop (``_take_over``), so they start at once after, and a
+        # take-over that hangs holds them back for USERS_FIRST_S at most
+        now = time.monotonic()
+        users_taking = any(
+            not _internal(p) and now - started < USERS_FIRST_S
+            for p, started in self._taking_since.items()
+        )
         for p, epoch in sorted(mine.items(), key=_users_first):
             if p in self.manager.handles or p in self._taking:
+                continue
+            if users_taking and _internal(p):
                 continue
             # its produce requests wait, in order, for the take-over (``taking_over``)
             self.manager.taking_over(*p)
             self._taking[p] = loop.create_task(self._take_over(loop, p, epoch))
+            self._taking_since[p] = now
+            users_taking |= not _internal(p)
 
     async def _take_over(self, loop: asyncio.AbstractEventLoop, p: Partition, epoch: int) -> None:
         try:
             await self._open_and_install(loop, p, epoch)
         finally:
             self._taking.pop(p, None)
+            self._taking_since.pop(p, None)
             self.manager.taken_over(*p)  # (an installed one was released at install)
+            if not _internal(p):
+                self._wake.set()  # the internal partitions held back for it (``_apply``)
 
     def _still_mine(self, p: Partition, epoch: int, generation: int) -> bool:
         """Whether a take-over that just ended may install its log (module docstring)."""

@@ -13,7 +13,7 @@ import pytest
 from sparklog_testkit.processes import BrokerProcess, EtcdCluster
 
 from ..support.s3 import SeaweedS3
-from .helpers import broker_logs, leaders, s3_cluster_with_topic
+from .helpers import broker_logs, leaders, lose_machine, s3_cluster_with_topic
 
 
 def test_a_taken_node_id_is_said_once_then_the_broker_exits(
@@ -66,5 +66,36 @@ def test_a_hung_take_over_does_not_keep_a_broker_from_registering_again(
                 time.sleep(0.2)
             assert not any(f"broker 3 leads hung-{p} at epoch" in ln
                            for p in led for ln in broker.lines), broker.lines  # fmt: skip
+        finally:
+            broker_logs(c, tmp_path / "brokers.log")
+
+
+def test_a_successor_takes_the_users_partitions_over_before_the_internal_ones(
+    etcd: EtcdCluster, s3_server: SeaweedS3, tmp_path: Path
+) -> None:
+    """The machine of a broker that leads user and internal partitions is gone: each
+    successor installs every user partition it was given before it starts taking over an
+    internal one (``__consumer_offsets``, ``__transaction_state``), which would otherwise
+    share the take-over threads, the CPU and the store with them."""
+    with s3_cluster_with_topic(etcd, s3_server, tmp_path, "users", 6) as c:
+        try:
+            led = leaders(c.bootstrap, "users", 6)
+            victim = led[0]
+            seen = {i: len(b.lines) for i, b in c.brokers.items()}
+            lose_machine(c, victim)
+            leaders(c.bootstrap, "users", 6, avoid=victim)
+            time.sleep(3)  # the internal take-overs after them
+            checked = 0
+            for i, b in c.brokers.items():
+                if i == victim:
+                    continue
+                lines = b.lines[seen[i] :]
+                installs = [n for n, ln in enumerate(lines) if f"broker {i} leads " in ln]
+                users = [n for n in installs if "leads users-" in lines[n]]
+                internal = [n for n in installs if "leads __" in lines[n]]
+                if users and internal:
+                    checked += 1
+                    assert max(users) < min(internal), lines
+            assert checked, "no successor took both kinds over"
         finally:
             broker_logs(c, tmp_path / "brokers.log")

@@ -287,6 +287,47 @@ def test_a_new_leader_finds_the_producer_state_in_an_older_footer(
     assert replayed_from == [5]
 
 
+def test_the_segment_a_take_over_froze_is_sealed_with_the_producer_state(
+    s3_root: S3Root, tmp_path: Path
+) -> None:
+    """The new leader rebuilt the producer state as the frozen segment ends, so that
+    segment's seal carries it in its footer: the take-over after the next one replays
+    nothing, where it would otherwise replay from an older footer (or the log start)."""
+    tail = s3_root.embedded_tail()
+    fs = s3_root.tiered(tmp_path / "cache0")
+    s3_root.create_topic(fs, "t")
+    plog = PartitionLog.open(fs, s3_root.root, "t", 0, tail=tail, leader_epoch=1)
+    plog.append(make_records([b"p"] * 5), producer=ProducerBatch(7, 0, 0, 5))
+    tail.close()  # the machine is gone
+    tail = s3_root.embedded_tail()
+    fs = s3_root.tiered(tmp_path / "cache1")
+    second = PartitionLog.open(fs, s3_root.root, "t", 0, tail=tail, leader_epoch=2)
+    second.wait_sealed()  # the frozen segment [0, 5) is sealed in the background
+    tail.close()  # gone too
+    tail = s3_root.embedded_tail()
+    try:
+        fs = s3_root.tiered(tmp_path / "cache2")
+        third = PartitionLog.open(fs, s3_root.root, "t", 0, tail=tail, leader_epoch=3)
+        assert [(s.base_offset, s.sealed) for s in third.manifest.segments][:1] == [(0, True)]
+        replayed_from: list[int] = []
+
+        def batches(start: int, columns: list[str]) -> Iterator[pa.RecordBatch]:
+            replayed_from.append(start)
+            return third.batches(start, columns=columns)
+
+        states = recovery.producer_states(
+            fs, third.path, log_start_offset=0, high_watermark=third.high_watermark,
+            batches=batches, manifest=third.manifest,
+        )  # fmt: skip
+        assert replayed_from == []
+        assert states.describe() == third.producers()
+        retry = third.append(make_records([b"p"] * 5), producer=ProducerBatch(7, 0, 0, 5))
+        assert (retry.duplicate, retry.base_offset) == (True, 0)
+        third.close()
+    finally:
+        tail.close()
+
+
 def test_a_take_over_lists_its_directory_once_and_reads_the_manifest_once(
     s3_root: S3Root, tmp_path: Path
 ) -> None:
