@@ -7,8 +7,12 @@ Three brokers (``sparklog_testkit.processes.BrokerCluster``, each its own ``--ca
 leader of partition ``i % 6`` is SIGKILLed and its cache deleted; failover = from the kill
 to the first acknowledged write of each partition it led, the worst of them, taken as the
 end of the longest gap between acks after the kill (an ack already on its way at the kill
-does not count). The victim then restarts with an empty cache. Afterwards every partition
-is read back and the history checked (``sparklog.demo.checker``: every anomaly 0).
+does not count). The victim then restarts with an empty cache, and the next fault comes
+``settle_s`` later (3 s by default, as in every run before 2026-11-28: the controller may
+then still be moving partitions back to the restarted broker, whose take-overs share the
+two cores with the next fault's; ``--settle-s 8`` lets them end first). Afterwards every
+partition is read back and the history checked (``sparklog.demo.checker``: every anomaly
+0). ``client``: producer settings over the workload's, e.g. ``retry.backoff.max.ms``.
 
 Per fault the broker side is timed too: from the kill to the controller's reassignment of
 the last of the victim's partitions (its "led by" log line: lease expiry plus a controller
@@ -40,27 +44,46 @@ TOPIC, PARTITIONS = "failover", 6
 
 
 def failover(
-    new_dir: Callable[[str], str], uri: str, faults: int, ttl_ms: int
+    new_dir: Callable[[str], str],
+    uri: str,
+    faults: int,
+    ttl_ms: int,
+    *,
+    settle_s: float = 3.0,
+    client: dict[str, Any] | None = None,
+    tail_max_chunks: int | None = None,
 ) -> tuple[list[tuple[float, float]], Report, list[str]]:
     """((failover, broker side) seconds per fault, the history's check, the first producer
-    errors)."""
+    errors). ``settle_s``: the pause after the victim's restart before the next fault;
+    ``client``: producer settings over the workload's (librdkafka's defaults);
+    ``tail_max_chunks``: the brokers' setting (their default, 256, if None)."""
     with EtcdCluster(new_dir("etcd")) as etcd:
         cluster = BrokerCluster(uri, etcd.endpoints, 3, lease_ttl_ms=ttl_ms)
         caches = {i: new_dir(f"cache{i}") for i in cluster.brokers}
+        config: tuple[str, ...] = ()
+        if tail_max_chunks is not None:
+            path = os.path.join(new_dir("config"), "broker.toml")
+            with open(path, "w") as f:
+                f.write(f"[broker]\ntail_max_chunks = {tail_max_chunks}\n")
+            config = ("--config", path)
         for i, b in cluster.brokers.items():
-            b.extra = (*b.extra, "--cache-dir", caches[i], "--flush-ms", "25")
+            b.extra = (*b.extra, "--cache-dir", caches[i], "--flush-ms", "25", *config)
         try:
             cluster.start()
-            return _faults(cluster, caches, faults)
+            return _faults(cluster, caches, faults, settle_s, client or {})
         finally:
             cluster.stop()
 
 
 def _faults(
-    cluster: BrokerCluster, caches: dict[int, str], faults: int
+    cluster: BrokerCluster,
+    caches: dict[int, str],
+    faults: int,
+    settle_s: float,
+    client: dict[str, Any],
 ) -> tuple[list[tuple[float, float]], Report, list[str]]:
     create_topic(cluster.bootstrap, TOPIC, PARTITIONS, {})
-    load = Workload(cluster.bootstrap, TOPIC, rate=500).start()
+    load = Workload(cluster.bootstrap, TOPIC, rate=500, client=client).start()
     times: list[tuple[float, float]] = []
     try:
         time.sleep(3)
@@ -85,7 +108,7 @@ def _faults(
                   f"writes again after {times[-1][0]:.2f} s", flush=True)  # fmt: skip
             os.makedirs(caches[victim])
             cluster.brokers[victim].start()
-            time.sleep(3)
+            time.sleep(settle_s)
     finally:
         history = load.stop(flush_s=30)
     load.read_all(timeout_s=300)

@@ -424,6 +424,17 @@ def main() -> int:
     ap.add_argument("--faults", type=int, default=10)
     ap.add_argument("--many", type=int, default=None, help="partitions of the many-runs (2000)")
     ap.add_argument("--ttl-ms", type=int, default=2000)
+    ap.add_argument(
+        "--settle-s", type=float, default=3.0, help="failover: pause after a restart (s)"
+    )
+    ap.add_argument(
+        "--tail-max-chunks", type=int, default=None,
+        help="failover: the brokers' tail_max_chunks (their default: 256)",
+    )  # fmt: skip
+    ap.add_argument(
+        "--retry-backoff-max-ms", type=int, default=None,
+        help="failover: the producer's retry.backoff.max.ms (librdkafka's default: 1000)",
+    )  # fmt: skip
     ap.add_argument("--wait-quiet", type=float, default=30.0)
     ap.add_argument("--no-kafka", action="store_true")
     ap.add_argument("--skip", default="", help="parts to skip, e.g. 'spark,failover'")
@@ -457,7 +468,15 @@ def main() -> int:
             req = part_requests(run)
         if "failover" not in skip:
             print(f"4. failover, {args.faults} faults, lease TTL {args.ttl_ms} ms:", flush=True)
-            times, check, errors = failover(run.dir, run.uri(), args.faults, args.ttl_ms)
+            client = (
+                {}
+                if args.retry_backoff_max_ms is None
+                else {"retry.backoff.max.ms": args.retry_backoff_max_ms}
+            )
+            times, check, errors = failover(
+                run.dir, run.uri(), args.faults, args.ttl_ms, settle_s=args.settle_s,
+                client=client, tail_max_chunks=args.tail_max_chunks,
+            )  # fmt: skip
             fail = {"times": times, "report": check, "errors": errors}
         if "spark" not in skip and req:
             print("5. Spark batch read of the sealed topic:", flush=True)

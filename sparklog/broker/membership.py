@@ -338,14 +338,16 @@ class ClusterMember:
         next_sync = 0.0
         while not self._stop.is_set():
             try:
+                # the assignments first: a take-over the watch woke this loop for must not
+                # wait for the topic sync's reads from the store
+                await self.view.refresh()
+                await self._apply(self.view.assignments)
                 if time.monotonic() >= next_sync:  # configs or deletes via another broker
                     next_sync = time.monotonic() + TOPIC_SYNC_S
                     # read on a worker thread (GETs on S3), applied here on the loop
                     found = await asyncio.to_thread(self.manager.read_topics)
                     for key in self.manager.apply_topics(found):
                         await self._give_up(key, "its topic was deleted")
-                await self.view.refresh()
-                await self._apply(self.view.assignments)
             except CoordinationError as e:
                 log.warning("broker %d: cluster view: %s", self.node_id, e)
             except Exception:

@@ -61,6 +61,8 @@ class ControllerRole:
     moves: list[tuple[Partition, Assignment]] = field(default_factory=list)
     #: set when etcd says brokers, the controller or assignments changed: round at once
     wake: asyncio.Event = field(default_factory=asyncio.Event)
+    #: the partitions as last read, and when (``_partitions``)
+    _known: tuple[float, list[Partition]] | None = None
 
     @property
     def is_controller(self) -> bool:
@@ -75,9 +77,7 @@ class ControllerRole:
             return False
         live = [b.node_id for b in await self.coord.brokers()]
         current = await read_assignments(self.coord)
-        # on a worker thread: the topic list is read from storage (a LIST and GETs on S3),
-        # which must not stall the broker's event loop every round
-        changes = plan(await asyncio.to_thread(self.partitions), live, current)
+        changes = plan(await self._partitions(), live, current)
         self.rounds += 1
         if not changes:
             return True
@@ -100,6 +100,18 @@ class ControllerRole:
             )
         self.moves += sorted(changes.items())
         return True
+
+    async def _partitions(self) -> list[Partition]:
+        """The partitions to assign: read from storage (a LIST and GETs on S3), on a worker
+        thread so as not to stall the broker's event loop, at most once per
+        ``interval_s``. A round the etcd watch woke within an interval of the last read
+        (a broker left: its partitions are reassigned) uses that read instead of waiting
+        for the store; a topic created meanwhile is assigned by the round after, within an
+        interval, as before."""
+        now = time.monotonic()
+        if self._known is None or now - self._known[0] >= self.interval_s:
+            self._known = (now, await asyncio.to_thread(self.partitions))
+        return self._known[1]
 
     async def run(self, stop: asyncio.Event) -> None:
         """Campaign and, while controller, reconcile; until ``stop`` is set."""

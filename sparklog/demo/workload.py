@@ -42,9 +42,18 @@ class Workload:
     """See the module docstring. ``start()``, faults, ``stop()``, then ``read_all()``."""
 
     def __init__(
-        self, bootstrap: str, topic: str, *, producers: int = 1, rate: int = 500, keys: int = 16
+        self,
+        bootstrap: str,
+        topic: str,
+        *,
+        producers: int = 1,
+        rate: int = 500,
+        keys: int = 16,
+        client: dict[str, Any] | None = None,
     ) -> None:
         self.bootstrap = bootstrap
+        #: producer settings over ``PRODUCER_CONF`` (e.g. a benchmark's back-off)
+        self.client = dict(client or {})
         self.topic = topic
         self.rate = rate
         self.keys = keys
@@ -93,7 +102,9 @@ class Workload:
             if os.environ.get("SPARKLOG_RDKAFKA_DEBUG")
             else {}
         )
-        producer = Producer({"bootstrap.servers": self.bootstrap, **PRODUCER_CONF, **debug})
+        producer = Producer(
+            {"bootstrap.servers": self.bootstrap, **PRODUCER_CONF, **self.client, **debug}
+        )
 
         def report(err: Any, msg: Any) -> None:
             value = msg.value()

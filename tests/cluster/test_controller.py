@@ -223,3 +223,36 @@ def test_a_brokers_view_follows_leaders_and_membership(etcd: EtcdCluster) -> Non
         await shut([brokers[0]])
 
     asyncio.run(main())
+
+
+def test_rounds_within_an_interval_reuse_the_partitions_read_and_later_ones_read_again(
+    etcd: EtcdCluster,
+) -> None:
+    """A round the watch wakes (a broker left) assigns from the partition list the round
+    before read, not from a new read of the store (a LIST and GETs on S3); once an
+    interval has passed the list is read again, so a new topic is assigned."""
+
+    async def main() -> None:
+        c = Coordination(etcd.endpoints, lease_ttl_ms=1000)
+        await c.register(BrokerInfo(1, "127.0.0.1", 9001))
+        parts = list(PARTS)
+        reads: list[int] = []
+
+        def partitions() -> list[tuple[str, int]]:
+            reads.append(len(parts))
+            return list(parts)
+
+        role = ControllerRole(c, 1, partitions, interval_s=0.5)
+        role.controller = await c.campaign(1)
+        assert await role.reconcile()
+        parts.append(("v", 0))
+        assert await role.reconcile()  # woken at once: the list read a moment ago
+        assert reads == [len(PARTS)]
+        assert ("v", 0) not in await read_assignments(c)
+        await asyncio.sleep(0.6)
+        assert await role.reconcile()
+        assert reads == [len(PARTS), len(PARTS) + 1]
+        assert ("v", 0) in await read_assignments(c)
+        await c.close()
+
+    asyncio.run(main())
