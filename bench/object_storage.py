@@ -39,6 +39,9 @@ so nothing sits between the brokers and the store. Five parts:
 4. **Failover** after SIGKILL + cache loss on 3 brokers with etcd (``bench/_s3_failover.py``,
    ``--faults``, lease TTL ``--ttl-ms``): from the kill to the first acknowledged write of
    each partition the victim led. Goal: <= lease TTL + 1 s. The history is checked.
+   ``--settle-s`` (the pause after the victim's restart), ``--tail-max-chunks`` (the
+   brokers' setting), ``--retry-backoff-max-ms`` and ``--client-conf k=v,...`` (the
+   producer's librdkafka settings) change the run; all at their defaults unless given.
 5. **Spark batch read** of part 3's sealed topic (``bench/_s3_spark.py``):
    ``format("sparklog").load("s3://...")`` vs ``pyarrow.dataset`` over the same Parquet
    objects through the same S3 server (Spark's own Parquet reader needs ``s3a``:
@@ -435,6 +438,10 @@ def main() -> int:
         "--retry-backoff-max-ms", type=int, default=None,
         help="failover: the producer's retry.backoff.max.ms (librdkafka's default: 1000)",
     )  # fmt: skip
+    ap.add_argument(
+        "--client-conf", default="",
+        help="failover: more producer settings, 'key=value,key=value' (librdkafka's names)",
+    )  # fmt: skip
     ap.add_argument("--wait-quiet", type=float, default=30.0)
     ap.add_argument("--no-kafka", action="store_true")
     ap.add_argument("--skip", default="", help="parts to skip, e.g. 'spark,failover'")
@@ -468,11 +475,11 @@ def main() -> int:
             req = part_requests(run)
         if "failover" not in skip:
             print(f"4. failover, {args.faults} faults, lease TTL {args.ttl_ms} ms:", flush=True)
-            client = (
-                {}
-                if args.retry_backoff_max_ms is None
-                else {"retry.backoff.max.ms": args.retry_backoff_max_ms}
+            client: dict[str, Any] = dict(
+                kv.split("=", 1) for kv in filter(None, args.client_conf.split(","))
             )
+            if args.retry_backoff_max_ms is not None:
+                client["retry.backoff.max.ms"] = args.retry_backoff_max_ms
             times, check, errors = failover(
                 run.dir, run.uri(), args.faults, args.ttl_ms, settle_s=args.settle_s,
                 client=client, tail_max_chunks=args.tail_max_chunks,

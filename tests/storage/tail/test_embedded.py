@@ -12,9 +12,10 @@ import pyarrow as pa
 import pytest
 
 from sparklog.storage import names, recovery
+from sparklog.storage.fs import FileSystem
 from sparklog.storage.log import PartitionLog
 from sparklog.storage.manifest import ManifestStore
-from sparklog.storage.producers import ProducerBatch
+from sparklog.storage.producers import ProducerBatch, ProducerStates
 from sparklog.storage.records import make_records
 
 from .conftest import S3Root
@@ -25,6 +26,22 @@ def _values(plog: PartitionLog) -> list[tuple[int, bytes]]:
     for b in plog.batches(plog.log_start_offset):
         out += zip(b.column("offset").to_pylist(), b.column("value").to_pylist(), strict=True)
     return out
+
+
+def _replay(fs: FileSystem, plog: PartitionLog) -> tuple[list[int], ProducerStates]:
+    """The producer state a new leader of ``plog`` rebuilds, and where its replay of the
+    log started (the offsets ``producer_states`` asked batches from; none: no replay)."""
+    replayed_from: list[int] = []
+
+    def batches(start: int, columns: list[str]) -> Iterator[pa.RecordBatch]:
+        replayed_from.append(start)
+        return plog.batches(start, columns=columns)
+
+    states = recovery.producer_states(
+        fs, plog.path, log_start_offset=0, high_watermark=plog.high_watermark,
+        batches=batches, manifest=plog.manifest,
+    )  # fmt: skip
+    return replayed_from, states
 
 
 def test_acknowledged_records_survive_a_wiped_cache(s3_root: S3Root, tmp_path: Path) -> None:
@@ -225,20 +242,7 @@ def test_a_sealed_segment_carries_the_producer_state_a_new_leader_replays_from(
     try:
         fs2 = s3_root.tiered(tmp_path / "cache2")
         again = PartitionLog.open(fs2, s3_root.root, "t", 0, tail=tail2)
-        replayed_from = []
-
-        def batches(start: int, columns: list[str]) -> Iterator[pa.RecordBatch]:
-            replayed_from.append(start)
-            return again.batches(start, columns=columns)
-
-        states = recovery.producer_states(
-            fs2,
-            again.path,
-            log_start_offset=0,
-            high_watermark=again.high_watermark,
-            batches=batches,
-            manifest=again.manifest,
-        )
+        replayed_from, states = _replay(fs2, again)
         assert replayed_from == [5]
         assert states.describe() == again.producers()
         retry = again.append(make_records([b"q"] * 2), producer=ProducerBatch(7, 0, 5, 2))
@@ -274,17 +278,7 @@ def test_a_new_leader_finds_the_producer_state_in_an_older_footer(
         (0, True),
         (5, True),
     ]
-    replayed_from = []
-
-    def batches(start: int, columns: list[str]) -> Iterator[pa.RecordBatch]:
-        replayed_from.append(start)
-        return again.batches(start, columns=columns)
-
-    recovery.producer_states(
-        fs, again.path, log_start_offset=0, high_watermark=again.high_watermark,
-        batches=batches, manifest=again.manifest,
-    )  # fmt: skip
-    assert replayed_from == [5]
+    assert _replay(fs, again)[0] == [5]
 
 
 def test_the_segment_a_take_over_froze_is_sealed_with_the_producer_state(
@@ -309,16 +303,7 @@ def test_the_segment_a_take_over_froze_is_sealed_with_the_producer_state(
         fs = s3_root.tiered(tmp_path / "cache2")
         third = PartitionLog.open(fs, s3_root.root, "t", 0, tail=tail, leader_epoch=3)
         assert [(s.base_offset, s.sealed) for s in third.manifest.segments][:1] == [(0, True)]
-        replayed_from: list[int] = []
-
-        def batches(start: int, columns: list[str]) -> Iterator[pa.RecordBatch]:
-            replayed_from.append(start)
-            return third.batches(start, columns=columns)
-
-        states = recovery.producer_states(
-            fs, third.path, log_start_offset=0, high_watermark=third.high_watermark,
-            batches=batches, manifest=third.manifest,
-        )  # fmt: skip
+        replayed_from, states = _replay(fs, third)
         assert replayed_from == []
         assert states.describe() == third.producers()
         retry = third.append(make_records([b"p"] * 5), producer=ProducerBatch(7, 0, 0, 5))
