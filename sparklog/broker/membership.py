@@ -65,7 +65,7 @@ from sparklog.storage import names
 log = logging.getLogger(__name__)
 #: partitions a broker takes over at once
 TAKE_OVER_THREADS = 8
-#: how long a user partition's take-over holds the internal partitions' back (``_apply``)
+#: how long at most an internal partition's take-over waits for user take-overs (``_apply``)
 USERS_FIRST_S = 5.0
 
 VIEW_INTERVAL_S = 0.25
@@ -238,7 +238,8 @@ class ClusterMember:
         self.leadership_changes = 0
         #: take-overs running (see the module docstring), by partition
         self._taking: dict[Partition, asyncio.Task[None]] = {}
-        self._taking_since: dict[Partition, float] = {}  # time.monotonic() at their start
+        #: internal partitions held back for user take-overs (``_apply``), since when
+        self._held: dict[Partition, float] = {}
         #: lease generation: +1 at each lost lease; a take-over started before is abandoned
         self._generation = 0
         self._host_port = ("", 0)
@@ -389,22 +390,26 @@ class ClusterMember:
         # partitions by default) would otherwise take the take-over threads, the CPU and
         # the store's requests while its users' partitions wait ("__..." sorts first).
         # Their clients are told to retry meanwhile (NOT_COORDINATOR); the end of each
-        # take-over wakes this loop (``_take_over``), so they start at once after, and a
-        # take-over that hangs holds them back for USERS_FIRST_S at most
+        # take-over wakes this loop (``_take_over``), so they start at once after. Each
+        # is held back USERS_FIRST_S at most: user take-overs that hang, or that fail
+        # and start again every round, never keep the coordinators away for longer
         now = time.monotonic()
-        users_taking = any(
-            not _internal(p) and now - started < USERS_FIRST_S
-            for p, started in self._taking_since.items()
-        )
+        for p in [p for p in self._held if p not in mine]:
+            del self._held[p]
+        users_taking = any(not _internal(p) for p in self._taking)
         for p, epoch in sorted(mine.items(), key=_users_first):
             if p in self.manager.handles or p in self._taking:
                 continue
-            if users_taking and _internal(p):
+            if (
+                users_taking
+                and _internal(p)
+                and now - self._held.setdefault(p, now) < USERS_FIRST_S
+            ):
                 continue
+            self._held.pop(p, None)
             # its produce requests wait, in order, for the take-over (``taking_over``)
             self.manager.taking_over(*p)
             self._taking[p] = loop.create_task(self._take_over(loop, p, epoch))
-            self._taking_since[p] = now
             users_taking |= not _internal(p)
 
     async def _take_over(self, loop: asyncio.AbstractEventLoop, p: Partition, epoch: int) -> None:
@@ -412,7 +417,6 @@ class ClusterMember:
             await self._open_and_install(loop, p, epoch)
         finally:
             self._taking.pop(p, None)
-            self._taking_since.pop(p, None)
             self.manager.taken_over(*p)  # (an installed one was released at install)
             if not _internal(p):
                 self._wake.set()  # the internal partitions held back for it (``_apply``)
