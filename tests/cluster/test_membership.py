@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from sparklog_testkit.processes import BrokerProcess, EtcdCluster
+from sparklog_testkit.processes import BrokerCluster, BrokerProcess, EtcdCluster
 
 from ..support.s3 import SeaweedS3
 from .helpers import broker_logs, leaders, lose_machine, s3_cluster_with_topic
@@ -81,6 +81,7 @@ def test_a_successor_takes_the_users_partitions_over_before_the_internal_ones(
         try:
             led = leaders(c.bootstrap, "users", 6)
             victim = led[0]
+            _until_no_take_over_for(c, 2.0)  # the internal partitions' first moves
             seen = {i: len(b.lines) for i, b in c.brokers.items()}
             lose_machine(c, victim)
             leaders(c.bootstrap, "users", 6, avoid=victim)
@@ -99,3 +100,20 @@ def test_a_successor_takes_the_users_partitions_over_before_the_internal_ones(
             assert checked, "no successor took both kinds over"
         finally:
             broker_logs(c, tmp_path / "brokers.log")
+
+
+def _until_no_take_over_for(c: BrokerCluster, quiet_s: float, timeout_s: float = 30.0) -> None:
+    """Wait until no broker has installed a partition for ``quiet_s`` (a cluster just
+    started still moves internal partitions to the brokers that joined last)."""
+
+    def installs() -> int:
+        return sum(" leads " in ln for b in c.brokers.values() for ln in list(b.lines))
+
+    deadline = time.monotonic() + timeout_s
+    count, since = installs(), time.monotonic()
+    while time.monotonic() - since < quiet_s:
+        assert time.monotonic() < deadline, "the cluster kept moving partitions"
+        time.sleep(0.2)
+        now = installs()
+        if now != count:
+            count, since = now, time.monotonic()
