@@ -78,8 +78,7 @@ PRODUCER_ID_BLOCK = 1000
 WATCHED = ("brokers/", "controller", "partitions/")
 
 
-def _internal(p: Partition) -> bool:
-    """An internal topic's partition (``__consumer_offsets``, ``__transaction_state``)."""
+def _internal(p: Partition) -> bool:  # __consumer_offsets, __transaction_state
     return p[0].startswith("__")
 
 
@@ -385,26 +384,16 @@ class ClusterMember:
             if mine.get(key) != handle.leader_epoch:
                 await self._give_up(key, "assigned elsewhere")
         loop = asyncio.get_running_loop()
-        # the users' partitions first, and the internal ones only once no user partition
-        # is being taken over: a dead broker's share of the internal topics (50 + 50
-        # partitions by default) would otherwise take the take-over threads, the CPU and
-        # the store's requests while its users' partitions wait ("__..." sorts first).
-        # Their clients are told to retry meanwhile (NOT_COORDINATOR); the end of each
-        # take-over wakes this loop (``_take_over``), so they start at once after. Each
-        # is held back USERS_FIRST_S at most: user take-overs that hang, or that fail
-        # and start again every round, never keep the coordinators away for longer
+        # users' partitions first; internal ones (NOT_COORDINATOR meanwhile) once no user
+        # take-over runs, or after USERS_FIRST_S held (docs/cluster.md, Partition leadership)
         now = time.monotonic()
-        for p in [p for p in self._held if p not in mine]:
-            del self._held[p]
+        self._held = {p: t for p, t in self._held.items() if p in mine}
         users_taking = any(not _internal(p) for p in self._taking)
         for p, epoch in sorted(mine.items(), key=_users_first):
             if p in self.manager.handles or p in self._taking:
                 continue
-            if (
-                users_taking
-                and _internal(p)
-                and now - self._held.setdefault(p, now) < USERS_FIRST_S
-            ):
+            held = now - self._held.setdefault(p, now) if _internal(p) else USERS_FIRST_S
+            if users_taking and held < USERS_FIRST_S:
                 continue
             self._held.pop(p, None)
             # its produce requests wait, in order, for the take-over (``taking_over``)
@@ -418,8 +407,7 @@ class ClusterMember:
         finally:
             self._taking.pop(p, None)
             self.manager.taken_over(*p)  # (an installed one was released at install)
-            if not _internal(p):
-                self._wake.set()  # the internal partitions held back for it (``_apply``)
+            self._wake.set()  # internal partitions held back for user ones (``_apply``)
 
     def _still_mine(self, p: Partition, epoch: int, generation: int) -> bool:
         """Whether a take-over that just ended may install its log (module docstring)."""

@@ -176,20 +176,17 @@ class PartitionLog:
         plog._write_hwm(plog._commit.durable)
         plog._checkpoints.recovery_point(plog._commit.durable)
         plog._producers = recovery.producer_states(
-            fs,
-            path,
-            log_start_offset=plog.log_start_offset,
+            fs, path, log_start_offset=plog.log_start_offset,
             high_watermark=plog.high_watermark,
             batches=lambda start, columns: plog.batches(start, columns=columns),
-            manifest=plog.manifest,
-            snapshot=found.snapshot,
-        )
+            manifest=plog.manifest, snapshot=found.snapshot,
+        )  # fmt: skip
         if plog._producers.txn_version or txnindex.has_index(fs, path, found.listing):
             plog._write_txn_index(force=True)
         if tail is not None:
             plog._tail = tail.attach(topic, partition, plog.epochs.epoch, plog._active)
             plog._tail.drop_sealed(plog.manifest)
-            plog._snapshot_frozen()
+            plog._sealer.snapshot_frozen(plog.manifest, plog.high_watermark, plog._producers)
         if leader_epoch is None:
             plog.recovery.resealed = plog.seal_pending()
         elif plog.manifest.unsealed_rolled and auto_seal:  # a take-over serves first
@@ -197,17 +194,6 @@ class PartitionLog:
         if tail is None:  # on object storage the broker's maintenance collects, off the take-over
             plog.collect_garbage()
         return plog
-
-    def _snapshot_frozen(self) -> None:
-        """On object storage: the producer state just rebuilt is the state at the end of
-        the newest segment awaiting its seal when that segment ends at the high watermark
-        (the segment a take-over froze, or the last roll found in the tail): its seal
-        carries it in its footer, as a roll's does. Without it that footer would hold no
-        snapshot (the old leader's was in its memory), and the next take-over would
-        replay from an older footer, reading a whole sealed segment again."""
-        pending = self._manifest.unsealed_rolled
-        if pending and pending[-1].next_offset == self.high_watermark:
-            self._sealer.snapshot_at_roll(pending[-1].name, self._producers)
 
     # ------------------------------------------------------------------ properties
 

@@ -90,6 +90,16 @@ class Sealer:
         with self._lock:
             self._snapshots[name] = data
 
+    def snapshot_frozen(self, manifest: Manifest, end: int, states: ProducerStates) -> None:
+        """``states`` as a just-opened log rebuilt them, at ``end``: the state at the end
+        of the newest segment awaiting its seal if that segment ends there (the segment a
+        take-over froze, or the last roll found in the tail), whose seal then carries it
+        (``snapshot_at_roll``). Without it that footer holds no snapshot (the old leader's
+        was in its memory) and the next take-over replays from an older footer."""
+        pending = manifest.unsealed_rolled
+        if pending and pending[-1].next_offset == end:
+            self.snapshot_at_roll(pending[-1].name, states)
+
     def seal_in_background(self) -> None:
         """Run ``seal_pending`` on the shared background sealer."""
 
