@@ -67,7 +67,13 @@ from sparklog.errors import (
     UnconfirmedAppendError,
     UnknownProducerError,
 )
-from sparklog.kafka.records import DecodedBatch, decode_batch, split_batches
+from sparklog.kafka.records import (
+    CODECS,
+    PRODUCER_CODEC,
+    DecodedBatch,
+    decode_batch,
+    split_batches,
+)
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -206,8 +212,11 @@ class AppendService:
         if batch.transactional:
             self._verify_transaction(topic, index, batch, transactional_id)
         result = manager.append(handle, batch)
-        if self.metrics is not None and not result.duplicate:
-            self.metrics.produced(topic, batch.count, len(raw))
+        if not result.duplicate:
+            if manager.wire.enabled and _served_as_produced(config, batch.codec):
+                manager.wire.put(handle.wire, result.base_offset, batch.count, raw)
+            if self.metrics is not None:
+                self.metrics.produced(topic, batch.count, len(raw))
         outcome = AppendOutcome(
             result.base_offset, result.log_append_time_ms, handle.log.log_start_offset
         )
@@ -288,6 +297,16 @@ def _check_keys(topic: str, index: int, records: pa.RecordBatch) -> None:
         f"(records {nulls[:10]}{'...' if len(nulls) > 10 else ''} of the batch)",
         [(i, f"{why} {topic}-{index}.") for i in nulls],
     )
+
+
+def _served_as_produced(config: TopicConfig, codec: int) -> bool:
+    """A fetch of this topic serves a batch of ``codec`` as it was produced: records
+    stored as they came (no LogAppendTime stamp, no compaction to rewrite them later) and
+    sent back in their own codec (``sparklog.broker.wire_cache``)."""
+    if config.log_append_time or config.compact:
+        return False
+    served = CODECS.get(config.compression_type, 0)
+    return served in (PRODUCER_CODEC, codec)
 
 
 def _not_durable(e: BaseException) -> NotDurableError:

@@ -19,6 +19,8 @@ TOML layout::
                                              # (default 8; 2048 with the log on object
                                              # storage, where each waits for a round)
     max_inflight_bytes = 67108864            # ... and the bytes of their frames (64 MiB)
+    fetch_cache_bytes = 268435456            # recent produced batches, served to fetches as
+                                             # they came (sparklog.broker.wire_cache; 0: off)
     group_initial_rebalance_delay_ms = 500   # an empty group waits this long for more members
     group_min_session_timeout_ms = 1000
     group_max_session_timeout_ms = 1800000
@@ -101,6 +103,7 @@ class BrokerConfig:
     max_connections: int = 1000
     max_inflight_requests: int | None = None
     max_inflight_bytes: int = 64 * 1024 * 1024
+    fetch_cache_bytes: int = 256 * 1024 * 1024
     group_initial_rebalance_delay_ms: int = 500
     group_min_session_timeout_ms: int = 1000
     group_max_session_timeout_ms: int = 1_800_000
@@ -167,6 +170,8 @@ class BrokerConfig:
             raise ValueError("max_inflight_requests must be >= 1")
         if self.max_inflight_bytes < 1024:
             raise ValueError("max_inflight_bytes must be >= 1024")
+        if self.fetch_cache_bytes < 0:
+            raise ValueError(f"fetch_cache_bytes must be >= 0, got {self.fetch_cache_bytes}")
         if self.manifest_refresh_ms < 10 or self.gc_interval_ms < self.manifest_refresh_ms:
             raise ValueError(
                 "manifest_refresh_ms must be >= 10 and gc_interval_ms >= manifest_refresh_ms"

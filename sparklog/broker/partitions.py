@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from sparklog.broker.config import BrokerConfig
 from sparklog.broker.coordinators.producer_ids import ProducerIdAllocator
 from sparklog.broker.gate import TakeOverGate
+from sparklog.broker.wire_cache import CachedBatches, WireCache
 from sparklog.errors import (
     FencedLeaderEpochError,
     ForeignWriterError,
@@ -49,6 +50,8 @@ class PartitionHandle:
     log: PartitionLog
     leader_epoch: int
     waiters: list[asyncio.Future[None]] = field(default_factory=list)
+    #: its recent produced batches (``sparklog.broker.wire_cache``): this handle's only
+    wire: CachedBatches = field(default_factory=CachedBatches)
 
     @property
     def label(self) -> str:
@@ -74,6 +77,8 @@ class PartitionManager:
         #: (``sparklog.broker.object_storage``) the tiered one and the tail, set by the broker
         self.log_fs: FileSystem = storage.fs
         self.tail: BrokerTail | None = None
+        #: produced batches fetches are served as they came (``sparklog.broker.wire_cache``)
+        self.wire = WireCache(config.fetch_cache_bytes)
         #: cluster mode: the gates of partitions this broker is taking over right now, or
         #: whose waiting produce requests are still passing (``sparklog.broker.gate``)
         self.taking: dict[tuple[str, int], TakeOverGate] = {}

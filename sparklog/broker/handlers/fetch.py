@@ -40,6 +40,7 @@ from sparklog.broker.context import RequestContext
 from sparklog.broker.errors import error_code
 from sparklog.broker.partitions import PartitionHandle
 from sparklog.broker.replicas import reported
+from sparklog.broker.wire_cache import CachedBatches, WireCache
 from sparklog.errors import (
     NotLeaderError,
     OffsetNotAvailableError,
@@ -50,6 +51,7 @@ from sparklog.errors import (
 from sparklog.kafka.records import CODECS, encode_batches
 from sparklog.security.acls import AclOperation as Op
 from sparklog.security.acls import ResourceType as RT
+from sparklog.storage.reader import LogView
 
 FOLLOWER_POLL_S = 0.05
 #: stands for "a partition read as a follower" among the handles a fetch waits on
@@ -148,27 +150,81 @@ def _read_partition(
             )
         if offset >= end or (limit <= 0 and not first):
             return {**entry, "records": b""}, waiter, 0
-        batches = view.read(offset, max_bytes=max(limit, 1), end_offset=end, at_least_one=first)
-        data = encode_batches(batches, codec=codec)
-        if not first and len(data) > limit:  # encoded bigger than the Arrow bytes: shrink
-            batches = view.read(
-                offset, max_bytes=limit * limit // len(data), end_offset=end, at_least_one=False
-            )
-            data = encode_batches(batches, codec=codec)
-            if len(data) > limit:
-                batches, data = [], b""
+        wire = ctx.manager.wire
+        if waiter is FOLLOWER or not wire.enabled:
+            data, after, count = _encoded(view, offset, end, limit, first, codec)
+        else:
+            assert isinstance(waiter, PartitionHandle)
+            data, after, count = _served(wire, waiter.wire, view, offset, end, limit, first, codec)
     except SparkLogError as e:
         return {**entry, "error_code": error_code(e)}, waiter, 0
-    if committed and batches:
-        last = batches[-1].column("offset")[batches[-1].num_rows - 1].as_py()
+    if committed and count:
         entry["aborted_transactions"] = [
             {"producer_id": a.producer_id, "first_offset": a.first_offset}
-            for a in view.txn.aborted_between(offset, last + 1)
+            for a in view.txn.aborted_between(offset, after)
         ]
     metrics = ctx.services.metrics
-    if metrics is not None and batches:
-        metrics.fetched(topic, sum(b.num_rows for b in batches), len(data))
+    if metrics is not None and count:
+        metrics.fetched(topic, count, len(data))
     return {**entry, "records": data}, waiter, len(data)
+
+
+def _encoded(
+    view: LogView, offset: int, end: int, limit: int, first: bool, codec: int
+) -> tuple[bytes, int, int]:
+    """The stored records from ``offset`` (below ``end``, about ``limit`` bytes) encoded as
+    Kafka record batches: (bytes, the offset after the last record, how many records)."""
+    batches = view.read(offset, max_bytes=max(limit, 1), end_offset=end, at_least_one=first)
+    data = encode_batches(batches, codec=codec)
+    if not first and len(data) > limit:  # encoded bigger than the Arrow bytes: shrink
+        batches = view.read(
+            offset, max_bytes=limit * limit // len(data), end_offset=end, at_least_one=False
+        )
+        data = encode_batches(batches, codec=codec)
+        if len(data) > limit:
+            batches, data = [], b""
+    if not batches:
+        return data, offset, 0
+    last = batches[-1].column("offset")[batches[-1].num_rows - 1].as_py()
+    return data, last + 1, sum(b.num_rows for b in batches)
+
+
+def _served(
+    wire: WireCache,
+    part: CachedBatches,
+    view: LogView,
+    offset: int,
+    end: int,
+    limit: int,
+    first: bool,
+    codec: int,
+) -> tuple[bytes, int, int]:
+    """``_encoded``'s answer, each batch the cache holds served as it was produced
+    (``sparklog.broker.wire_cache``) and only the ranges it misses read from storage."""
+    parts: list[bytes] = []
+    size = count = 0
+    at = offset
+    while at < end and (size < limit or (first and not parts)):
+        i = part.find(at)
+        if i >= 0:
+            got, after, n = wire.take(part, i, end, limit - size, first and not parts)
+            if got:
+                parts += got
+                size += sum(len(b) for b in got)
+                at, count = after, count + n
+                continue
+            if part.lasts[i] < end:  # the batch does not fit what is left of the budget
+                break
+            # it ends past ``end`` (not at a batch boundary: rare): the stored records to it
+        nxt = part.next_base(at)
+        stop = end if nxt is None else min(end, nxt)
+        data, after, n = _encoded(view, at, stop, limit - size, first and not parts, codec)
+        if not n:
+            break
+        parts.append(data)
+        size += len(data)
+        at, count = after, count + n
+    return b"".join(parts), at, count
 
 
 async def fetch(ctx: RequestContext, header: Any, req: Any) -> dict[str, Any]:
