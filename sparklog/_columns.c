@@ -269,6 +269,47 @@ done:
     return result;
 }
 
+/* arange(base, n, width=8): the buffer of an int64 (width 8) or int32 (width 4, values
+ * wrapping at 2^31 to 0, as a producer's sequences do) array base, base + 1, ...,
+ * base + n - 1: a segment's offsets and sequences columns, where a compute kernel's call
+ * costs more than the work. */
+static PyObject *arange(PyObject *Py_UNUSED(self), PyObject *args) {
+    long long base;
+    Py_ssize_t n;
+    int width = 8;
+    if (!PyArg_ParseTuple(args, "Ln|i", &base, &n, &width)) return NULL;
+    if (n < 0 || (width != 8 && width != 4))
+        return PyErr_Format(PyExc_ValueError, "arange of %zd values of width %d", n, width);
+    PyObject *out = PyBytes_FromStringAndSize(NULL, n * width);
+    if (!out) return NULL;
+    if (width == 8) {
+        int64_t *p = (int64_t *)PyBytes_AS_STRING(out);
+        for (Py_ssize_t i = 0; i < n; i++) p[i] = (int64_t)base + i;
+    } else {
+        int32_t *p = (int32_t *)PyBytes_AS_STRING(out);
+        for (Py_ssize_t i = 0; i < n; i++) p[i] = (int32_t)(((int64_t)base + i) & 0x7fffffff);
+    }
+    return out;
+}
+
+/* max_int64(buffer, offset, n): the largest of int64 values [offset, offset + n) of an
+ * array's data buffer (no nulls); -2^63 when n is 0. */
+static PyObject *max_int64(PyObject *Py_UNUSED(self), PyObject *args) {
+    Py_buffer view;
+    Py_ssize_t offset, n;
+    if (!PyArg_ParseTuple(args, "y*nn", &view, &offset, &n)) return NULL;
+    if (offset < 0 || n < 0 || (offset + n) * 8 > view.len) {
+        PyBuffer_Release(&view);
+        return PyErr_Format(PyExc_ValueError, "values [%zd, %zd) are outside the buffer",
+                            offset, offset + n);
+    }
+    const int64_t *p = (const int64_t *)view.buf + offset;
+    int64_t m = INT64_MIN;
+    for (Py_ssize_t i = 0; i < n; i++) if (p[i] > m) m = p[i];
+    PyBuffer_Release(&view);
+    return PyLong_FromLongLong(m);
+}
+
 static PyMethodDef methods[] = {
     {"decode_records", decode_records, METH_VARARGS,
      "decode_records(records, count, base_timestamp, log_append_time, max_timestamp): the "
@@ -276,6 +317,11 @@ static PyMethodDef methods[] = {
     {"encode_records", encode_records, METH_VARARGS,
      "encode_records(...): rows of stored Arrow columns as a record batch's records section "
      "(no headers), with its base and max timestamps."},
+    {"arange", arange, METH_VARARGS,
+     "arange(base, n, width=8): the int64 (or int32, wrapping at 2^31) buffer base, "
+     "base + 1, ..., base + n - 1."},
+    {"max_int64", max_int64, METH_VARARGS,
+     "max_int64(buffer, offset, n): the largest int64 of values [offset, offset + n)."},
     {NULL, NULL, 0, NULL},
 };
 

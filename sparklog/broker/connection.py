@@ -134,17 +134,26 @@ class Connection:
             held[0] += extra
 
         responder = asyncio.get_running_loop().create_task(respond())
+        # the request loop awaits its reads directly: if the responder ends first (an error,
+        # close_after_response), it cancels the loop, instead of every read racing it
+        me = asyncio.current_task()
+        awaiting_responder = False
+
+        def responder_ended(_task: asyncio.Task[None]) -> None:
+            if not awaiting_responder and me is not None:
+                me.cancel()
+
+        responder.add_done_callback(responder_ended)
+        reader = self._reader
         pending: list[asyncio.Task[bytes | None]] = []
         try:
-            while not responder.done():
+            while True:
                 try:
-                    head = await _race(self._reader.readexactly(4), responder)
+                    head = await reader.readexactly(4)
                 except asyncio.IncompleteReadError as e:
                     if e.partial:
                         raise
                     break  # the client finished sending: answer what it sent, then close
-                if head is None:
-                    break
                 (size,) = struct.unpack(">i", head)
                 limit = self.frame_limit
                 raw = self.raw_tokens
@@ -159,13 +168,8 @@ class Connection:
                     break
                 while held[0] and held[0] + size > self._max_inflight_bytes:
                     freed.clear()
-                    if await _race(freed.wait(), responder) is None:
-                        break
-                if responder.done():
-                    break
-                frame = await _race(self._reader.readexactly(size), responder)
-                if frame is None:
-                    break
+                    await freed.wait()
+                frame = await reader.readexactly(size)
                 job = raw(frame) if raw is not None else dispatch(self, frame)
                 work = asyncio.get_running_loop().create_task(job)
                 sizes[work] = size
@@ -173,15 +177,12 @@ class Connection:
                 work.add_done_callback(hold_response)
                 pending = [t for t in pending if not t.done()]
                 pending.append(work)
-                if await _race(inflight.put(work), responder) is None and responder.done():
-                    break
+                await inflight.put(work)
                 if not self.authenticated:  # one at a time until authenticated
                     await asyncio.wait({work, responder}, return_when=asyncio.FIRST_COMPLETED)
-            if not responder.done():
-                await inflight.put(None)
-                await responder
-            else:
-                responder.result()
+            await inflight.put(None)
+            awaiting_responder = True
+            await responder
         except (asyncio.IncompleteReadError, ConnectionError, asyncio.CancelledError):
             pass
         except FrameError as e:
@@ -189,30 +190,21 @@ class Connection:
         except Exception:
             log.exception("closing %s after an unexpected error", self)
         finally:
+            responder.remove_done_callback(responder_ended)
+            if responder.done() and not awaiting_responder:
+                self._responder_ended(responder)
             responder.cancel()
             for t in pending:
                 t.cancel()
             writer.close()
 
-
-async def _race(step: Any, responder: asyncio.Task[None]) -> Any:
-    """Await ``step`` unless the responder finishes first (then None; ``step`` cancelled).
-    If the connection is cancelled meanwhile (the broker stops), ``step`` is cancelled too,
-    and whatever it ends with is retrieved: a read the closing socket fails is not an
-    error worth logging."""
-    work = asyncio.ensure_future(step)
-    work.add_done_callback(_retrieve)
-    try:
-        done, _ = await asyncio.wait({work, responder}, return_when=asyncio.FIRST_COMPLETED)
-    except asyncio.CancelledError:
-        work.cancel()
-        raise
-    if work in done:
-        return work.result()
-    work.cancel()
-    return None
-
-
-def _retrieve(task: asyncio.Future[Any]) -> None:
-    if not task.cancelled():
-        task.exception()
+    def _responder_ended(self, responder: asyncio.Task[None]) -> None:
+        """Log why the responder ended the connection (an answer the dispatcher refused to
+        give, an unexpected error; a closed socket or a cancellation is not worth it)."""
+        if responder.cancelled():
+            return
+        e = responder.exception()
+        if isinstance(e, FrameError):
+            log.warning("closing %s: %s", self, e)
+        elif e is not None and not isinstance(e, ConnectionError | asyncio.IncompleteReadError):
+            log.error("closing %s after an unexpected error", self, exc_info=e)

@@ -48,7 +48,7 @@ from sparklog.errors import (
     InvalidBatchError,
     UnsupportedMagicError,
 )
-from sparklog.storage.records import HEADERS_TYPE, TIMESTAMP_TYPE, empty_headers
+from sparklog.storage.records import DECODED_SCHEMA, HEADERS_TYPE, TIMESTAMP_TYPE, empty_headers
 
 _columns: ModuleType | None
 try:  # the compiled decoder (setup.py builds it where a C compiler is)
@@ -285,9 +285,8 @@ def decode_batch(raw: memoryview, *, max_decompressed: int) -> DecodedBatch:
     columns = _native_columns(section, count, base_ts, ts_type, max_ts)
     if columns is None:
         columns = _record_columns(raw, attributes, section, count)
-    names = ["timestamp", "key", "value", "headers"]
     return DecodedBatch(
-        pa.RecordBatch.from_arrays(columns, names=names),
+        pa.RecordBatch.from_arrays(columns, schema=DECODED_SCHEMA),
         producer_id,
         producer_epoch,
         base_sequence,

@@ -42,9 +42,11 @@ column) are read as if every record had attributes 0 (``with_attributes``).
 from __future__ import annotations
 
 import functools
+import importlib
 import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
+from types import ModuleType
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -60,6 +62,14 @@ from sparklog.storage.control import (
     control_value,
 )
 from sparklog.storage.producers import SEQ_MOD, ProducerBatch
+
+_columns: ModuleType | None
+try:  # the compiled helpers (``sparklog/_columns.c``); optional, as the decoder's are
+    _columns = importlib.import_module("sparklog._columns")
+except ImportError:
+    _columns = None
+_INT64 = pa.int64()
+_INT32 = pa.int32()
 
 CREATE_TIME = 0
 LOG_APPEND_TIME = 1
@@ -146,11 +156,19 @@ def empty_headers(n: int) -> pa.Array:
 
 def offsets_array(base_offset: int, n: int) -> pa.Array:
     """Dense offsets ``base_offset .. base_offset + n - 1``."""
+    if _columns is not None:
+        return pa.Array.from_buffers(
+            _INT64, n, [None, pa.py_buffer(_columns.arange(base_offset, n))]
+        )
     return pc.add(_arange(n), pa.scalar(base_offset - 1, pa.int64()))
 
 
 def sequences_array(base_sequence: int, n: int) -> pa.Array:
     """A producer's sequences ``base_sequence ..`` for ``n`` records, wrapping at 2^31."""
+    if _columns is not None:
+        return pa.Array.from_buffers(
+            _INT32, n, [None, pa.py_buffer(_columns.arange(base_sequence, n, 4))]
+        )
     seqs = pc.add(_arange(n), pa.scalar(base_sequence - 1, pa.int64()))
     if base_sequence + n > SEQ_MOD:
         seqs = pc.bit_wise_and(seqs, pa.scalar(SEQ_MOD - 1, pa.int64()))
@@ -184,6 +202,8 @@ def normalize(
     n = batch.num_rows
     if n == 0:
         raise InvalidRecordsError("cannot append an empty batch")
+    if batch.schema.equals(DECODED_SCHEMA) and not log_append_time:
+        return _normalize_decoded(batch, n, base_offset, producer, codec)
     names = batch.schema.names
     unknown = [c for c in names if c not in INPUT_COLUMNS]
     if unknown:
@@ -236,6 +256,47 @@ def normalize(
         else:
             arrays.append(_constant(_DEFAULTS[name], field.type, n))
     return pa.RecordBatch.from_arrays(arrays, schema=RECORD_SCHEMA)
+
+
+#: what the broker's Kafka decoder builds (``sparklog.kafka.records``): the columns a
+#: produce batch carries, of their stored types
+DECODED_SCHEMA = pa.schema(
+    [RECORD_SCHEMA.field(c) for c in ("timestamp", "key", "value", "headers")]
+)
+
+
+def _normalize_decoded(
+    batch: pa.RecordBatch, n: int, base_offset: int, producer: ProducerBatch | None, codec: int
+) -> pa.RecordBatch:
+    """``normalize`` of a produce batch as the broker decoded it, CreateTime: the same
+    columns built without looking at each field (a produce request's per-batch cost)."""
+    for i, name in ((0, "timestamp"), (3, "headers")):  # never from the decoder
+        if batch.column(i).null_count:
+            raise InvalidRecordsError(f"column {name!r} has nulls; it cannot")
+    if producer is None:
+        pid, epoch, seqs = _constant(-1, pa.int64(), n), _constant(-1, pa.int16(), n), None
+        bits = codec
+    else:
+        pid = _constant(producer.producer_id, pa.int64(), n)
+        epoch = _constant(producer.producer_epoch, pa.int16(), n)
+        seq0 = producer.base_sequence
+        seqs = sequences_array(seq0, n) if seq0 >= 0 else None
+        bits = codec | (TRANSACTIONAL if producer.transactional else 0)
+    return pa.RecordBatch.from_arrays(
+        [
+            offsets_array(base_offset, n),
+            batch.column(0),
+            _constant(CREATE_TIME, pa.int8(), n),
+            batch.column(1),
+            batch.column(2),
+            batch.column(3),
+            pid,
+            epoch,
+            _constant(-1, pa.int32(), n) if seqs is None else seqs,
+            _constant(bits, pa.int8(), n),
+        ],
+        schema=RECORD_SCHEMA,
+    )
 
 
 def with_attributes(batch: pa.RecordBatch) -> pa.RecordBatch:
@@ -316,7 +377,10 @@ def payload_bytes(batch: pa.RecordBatch) -> int:
 
 
 def max_timestamp(batch: pa.RecordBatch) -> int:
-    ts = pc.max(batch.column("timestamp"))
+    col = batch.column("timestamp")
+    if _columns is not None and not col.null_count and len(col):
+        return int(_columns.max_int64(col.buffers()[1], col.offset, len(col)))
+    ts = pc.max(col)
     return int(ts.value) if ts.is_valid else -1
 
 
