@@ -13,6 +13,8 @@ fsync before each ack, as sparklog acks) - all on loopback with fresh data dirs:
 * ``org.apache.kafka.tools.ConsumerPerformance``: a consumer group reading those records
   from the beginning; reported: records/s (fetch time, after the group join), MB/s and
   broker CPU per record.
+* first, unmeasured, on each broker: ``--warmup`` records produced and consumed on a
+  topic of their own (Kafka's JVM compiles its hot paths in the first million or so).
 * ``org.apache.kafka.tools.EndToEndLatency``: ``--e2e-records`` round trips, one record at
   a time (produce with ``acks=all``, consume it back) on a 1-partition topic; p50/p99/p99.9.
 
@@ -45,7 +47,7 @@ from produce import create_topic
 from sparklog.jars import kafka_classpath
 
 TOOLS = "org.apache.kafka.tools."
-PERF_TOPIC, E2E_TOPIC = "perf", "e2e"
+PERF_TOPIC, E2E_TOPIC, WARM_TOPIC = "perf", "e2e", "warm-up"
 MB = 1_000_000
 
 
@@ -93,6 +95,14 @@ def run_tools(
     n = args.records
     create_topic(bootstrap, PERF_TOPIC, 4, {})
     create_topic(bootstrap, E2E_TOPIC, 1, {})
+    if args.warmup:  # not measured: a JIT-warm broker JVM, a sparklog broker past start-up
+        create_topic(bootstrap, WARM_TOPIC, 4, {})
+        tool("ProducerPerformance", "--topic", WARM_TOPIC, "--num-records", str(args.warmup),
+             "--record-size", "100", "--throughput", "-1", "--bootstrap-server", bootstrap,
+             "--producer-props", "acks=all")  # fmt: skip
+        tool("ConsumerPerformance", "--bootstrap-server", bootstrap, "--topic", WARM_TOPIC,
+             "--num-records", str(args.warmup), "--timeout", "60000", "--hide-header",
+             "--group", "warm-up")  # fmt: skip
     c0 = cpu()
     text = tool("ProducerPerformance", "--topic", PERF_TOPIC, "--num-records", str(n),
                 "--record-size", "100", "--throughput", "-1", "--bootstrap-server", bootstrap,
@@ -134,6 +144,8 @@ def main() -> int:
     ap.add_argument("--records", type=int, default=5_000_000)
     ap.add_argument("--e2e-records", type=int, default=10_000)
     ap.add_argument("--quick", action="store_true", help="500k records, 2,000 round trips")
+    ap.add_argument("--warmup", type=int, default=1_000_000,
+                    help="records produced and consumed on each broker first (0: no)")  # fmt: skip
     ap.add_argument("--tmp-dir", default=None)
     args = ap.parse_args()
     if args.quick:

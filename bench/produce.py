@@ -1,31 +1,33 @@
 """Broker produce benchmark: a confluent-kafka producer against a sparklog broker process,
 with two in-run baselines.
 
-Broker run (per repeat, a fresh data dir and broker): one librdkafka producer (acks=all,
-linger.ms=5, batch.size=1 MiB, no compression, no idempotence) sends ``--records`` records
-(16-byte keys cycled from a pool of 4,096 random keys, one 100-byte random value) to a
-4-partition topic, as fast as ``produce()`` accepts them. Timed from the first
-``produce()`` to the end of ``flush()`` (every record acknowledged, i.e. fsynced by the
-broker). Afterwards the stored logs must hold exactly ``--records`` records (no loss, no
-duplicates). Ack latency = ``produce()`` call to delivery callback, sampled every
-``--sample-every``-th record; at saturation it is mostly time queued in the producer (bounded
-by ``queue.buffering.max.messages``), so two more figures are given: librdkafka's own
-request round-trip (``rtt``, i.e. the broker's share) and an idle closed-loop latency (one
-record at a time, ``--idle-probe`` records).
+Runs. Every broker is started once and kept for the whole benchmark (``Servers``): a
+sparklog broker process (fresh data dir) and, unless ``--no-kafka``, Apache Kafka 4.3.1
+(``bench/_kafka.py``: a single-node KRaft broker from the jars ``make setup`` fetches) in
+each flavour: its default flush policy (acked from the page cache; Kafka's durability is
+replication) and ``flush.messages=1`` (an fsync before each ack, as sparklog acks). First
+``--warmup`` unmeasured runs on each (a JVM's first million records run partly
+interpreted: Kafka is measured warm), then ``--repeat`` rounds, each one run per broker,
+alternating which goes first. Every run writes a topic of its own.
 
-The peer (``--no-kafka`` skips it): the same workload, same producer settings, against
-Apache Kafka 4.3.1 (``bench/_kafka.py``: a single-node KRaft broker from the jars ``make
-setup`` fetches), each repeat twice: with Kafka's default flush policy (acked from the page
-cache; Kafka's durability is replication) and with ``flush.messages=1`` (an fsync before
-each ack, as sparklog acks). The summary prints sparklog / Kafka for records/s and broker
-CPU per record.
+One run: one librdkafka producer (acks=all, linger.ms=5, batch.size=1 MiB, no compression,
+no idempotence) sends ``--records`` records (16-byte keys cycled from a pool of 1,000
+random keys, one 100-byte random value) to a 4-partition topic, as fast as ``produce()``
+accepts them. Timed from the first ``produce()`` to the end of ``flush()`` (every record
+acknowledged, i.e. fsynced by the sparklog broker). Afterwards sparklog's stored logs must
+hold exactly ``--records`` records (no loss, no duplicates). Ack latency = ``produce()``
+call to delivery callback, sampled every ``--sample-every``-th record; at saturation it is
+mostly time queued in the producer (bounded by ``queue.buffering.max.messages``), so two
+more figures are given: librdkafka's own request round-trip (``rtt``, i.e. the broker's
+share) and an idle closed-loop latency (one record at a time, ``--idle-probe`` records).
+The summary prints sparklog / Kafka for records/s and broker CPU per record.
 
 Baselines (from the same records, in the same run, single core):
 
 * (a) disk: the produce batches' bytes appended to one plain file, ``fdatasync`` per 1 MiB.
 * (b) CPU: ``sparklog.kafka.records.decode_batch`` (CRC-32C, aiokafka record parsing, Arrow
   columns) over every produce batch: no network, no disk. The batches are the real ones:
-  the stored Arrow batches of the first broker run (one per produce batch, as librdkafka cut
+  the stored Arrow batches of the first measured run (one per produce batch, as librdkafka cut
   them) rebuilt into Kafka record batches with aiokafka's ``DefaultRecordBatchBuilder``.
 
 Payload MB = key + value bytes (116 per record), 1 MB = 10^6 bytes. The producer client and
@@ -39,12 +41,14 @@ time went.
 
     .venv/bin/python bench/produce.py --quick           # 500k records, 1 repeat
     .venv/bin/python bench/produce.py                   # 5M records, median of 3
+    .venv/bin/python bench/produce.py --records 1000000 # the issue's workload (1M, warm)
     .venv/bin/python bench/produce.py --profile /tmp/produce-profile.txt
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
@@ -73,7 +77,7 @@ from sparklog.storage import Storage
 KEY_SIZE = 16
 VALUE_SIZE = 100
 RECORD_PAYLOAD = KEY_SIZE + VALUE_SIZE
-KEY_POOL = 4096
+KEY_POOL = 1000  # distinct keys, cycled
 MB = 1_000_000
 MIB = 1024 * 1024
 TOPIC = "bench"
@@ -205,7 +209,6 @@ def produce_records(
         clock = time.perf_counter
         produce, poll = p.produce, p.poll
         keys, value = work.keys, work.value
-        mask = KEY_POOL - 1
         every = max(1, args.sample_every)
 
         def sampled(t0: float) -> Callable[[Any, Any], None]:
@@ -224,14 +227,14 @@ def produce_records(
         for start in range(0, n, every):
             while True:
                 try:
-                    produce(topic, value, keys[start & mask], on_delivery=sampled(clock()))
+                    produce(topic, value, keys[start % KEY_POOL], on_delivery=sampled(clock()))
                     break
                 except BufferError:
                     poll(0.001)
             for i in range(start + 1, min(n, start + every)):
                 while True:
                     try:
-                        produce(topic, value, keys[i & mask])
+                        produce(topic, value, keys[i % KEY_POOL])
                         break
                     except BufferError:
                         poll(0.001)
@@ -378,67 +381,84 @@ def _topic_configs(args: argparse.Namespace) -> dict[str, str]:
     return {"segment.bytes": str(args.segment_bytes)} if args.segment_bytes else {}
 
 
-def broker_run(
-    args: argparse.Namespace,
-    work: Workload,
-    tmp: str,
-    *,
-    capture: bool,
-    probe: int,
-    profile: str | None = None,
-) -> tuple[ProduceRun, list[bytes], list[float], str]:
-    """One broker run in a fresh data dir; optionally capture the batches, run the idle
-    probe and/or profile the broker. Returns (run, batches, idle latencies, profile text)."""
-    os.sync()
-    with temp_dir("produce-data-", tmp) as data_dir:
-        broker = BrokerProcess(data_dir)
-        profiler: Profiler | None = None
-        summary = ""
+class Servers:
+    """The brokers of one benchmark, each started once and kept for every run: sparklog
+    (a fresh data dir) and, unless ``--no-kafka``, Apache Kafka 4.3.1 in each flavour of
+    ``KAFKA_FLAVOURS`` (KRaft, one node, a fresh log dir). Kept warm on purpose: a JVM's
+    first million records run partly interpreted, and the issue's figures are of a warm
+    Kafka. Each measured run writes a topic of its own, so runs do not share a log."""
+
+    def __init__(self, args: argparse.Namespace, tmp: str) -> None:
+        self.args = args
+        self.data_dir = os.path.join(tmp, "sparklog-data")
+        os.makedirs(self.data_dir)
+        self.broker = BrokerProcess(self.data_dir)
+        self.kafkas: dict[str, Any] = {}
+        self._stack = contextlib.ExitStack()
+        self.runs = 0
+
+    def __enter__(self) -> Servers:
+        self.broker.start()
+        self._stack.callback(self._stop_broker)
+        if not self.args.no_kafka:
+            from _kafka import KafkaServer
+
+            for label, flush in KAFKA_FLAVOURS:
+                work_dir = os.path.join(self.data_dir, "..", f"kafka-{flush or 0}")
+                os.makedirs(work_dir)
+                self.kafkas[label] = self._stack.enter_context(
+                    KafkaServer(work_dir, flush_messages=flush)
+                )
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stack.close()
+
+    def _stop_broker(self) -> None:
+        rc = self.broker.stop()
+        self.broker.kill()
+        if rc != 0:
+            print(f"    broker exited with status {rc}: " + " | ".join(self.broker.lines[-5:]))
+
+    def topic(self) -> str:
+        self.runs += 1
+        return f"{TOPIC}-{self.runs}"
+
+    def sparklog(
+        self, work: Workload, *, capture: bool = False, profile: str | None = None
+    ) -> tuple[ProduceRun, list[bytes], str]:
+        """One run on the sparklog broker, into a new topic; checks that the stored logs
+        hold exactly the records sent. Returns (run, the rebuilt wire batches if
+        ``capture``, the profile summary if ``profile``)."""
+        args, broker = self.args, self.broker
+        topic = self.topic()
+        create_topic(broker.bootstrap, topic, args.partitions, _topic_configs(args))
+        profiler = Profiler(broker.pid, profile, rate=args.profile_rate) if profile else None
         try:
-            broker.start()
-            create_topic(broker.bootstrap, TOPIC, args.partitions, _topic_configs(args))
-            if profile:
-                profiler = Profiler(broker.pid, profile, rate=args.profile_rate)
-            run = produce_records(broker, TOPIC, args.records, work, args, profiler)
-            if profile:
-                summary = summarize_profile(profile, run.seconds, run.records)
-            idle: list[float] = []
-            if probe:
-                create_topic(broker.bootstrap, PROBE_TOPIC, 1, {})
-                idle = idle_latency(broker, probe, args)
-            for line in broker.errors():
-                print(f"    broker: {line}")
+            run = produce_records(broker, topic, args.records, work, args, profiler)
         finally:
             if profiler is not None:
                 profiler.stop()
-            rc = broker.stop()
-            broker.kill()
-        if rc != 0:
-            print(f"    broker exited with status {rc}: " + " | ".join(broker.lines[-5:]))
-        batches = stored_batches(data_dir, TOPIC, args.partitions)
+        summary = summarize_profile(profile, run.seconds, run.records) if profile else ""
+        for line in broker.errors():
+            print(f"    broker: {line}")
+        batches = stored_batches(self.data_dir, topic, args.partitions)
         stored = sum(b.num_rows for b in batches)
         if stored != args.records:
             raise AssertionError(f"the broker stored {stored} records, expected {args.records}")
         run.batch_records = [b.num_rows for b in batches]
         wire = rebuild_kafka_batches(batches) if capture else []
-        return run, wire, idle, summary
+        return run, wire, summary
 
+    def kafka(self, label: str, work: Workload) -> ProduceRun:
+        kafka = self.kafkas[label]
+        topic = self.topic()
+        create_topic(kafka.bootstrap, topic, self.args.partitions, {})
+        return produce_records(kafka, topic, self.args.records, work, self.args)
 
-def kafka_run(
-    args: argparse.Namespace, work: Workload, tmp: str, *, flush_messages: int | None
-) -> ProduceRun:
-    """The same workload against Apache Kafka 4.3.1 (KRaft, one node) in a fresh log dir:
-    its default flush policy (the page cache; replication is Kafka's durability), or
-    ``flush.messages=1`` (an fsync before each ack, as sparklog's acks)."""
-    from _kafka import KafkaServer
-
-    os.sync()
-    with (
-        temp_dir("kafka-data-", tmp) as work_dir,
-        KafkaServer(work_dir, flush_messages=flush_messages) as kafka,
-    ):
-        create_topic(kafka.bootstrap, TOPIC, args.partitions, {})
-        return produce_records(kafka, TOPIC, args.records, work, args)  # type: ignore[arg-type]
+    def idle_probe(self) -> list[float]:
+        create_topic(self.broker.bootstrap, PROBE_TOPIC, 1, {})
+        return idle_latency(self.broker, self.args.idle_probe, self.args)
 
 
 # ---------------------------------------------------------------------------- report
@@ -482,6 +502,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repeat", type=int, default=None, help="runs; the median is reported (3)")
     p.add_argument("--quick", action="store_true", help="500,000 records, 1 repeat")
     p.add_argument("--partitions", type=int, default=4)
+    p.add_argument("--warmup", type=int, default=1, help="unmeasured runs on each broker first")
     p.add_argument("--sample-every", type=int, default=100, help="ack latency sample rate")
     p.add_argument("--queue-messages", type=int, default=1_000_000)
     p.add_argument("--queue-kbytes", type=int, default=2 * MIB)
@@ -530,41 +551,47 @@ def main(argv: list[str] | None = None) -> int:
     idle: list[float] = []
     profile_text = ""
     kafka_runs: dict[str, list[ProduceRun]] = {}
-    with temp_dir("sparklog-bench-produce-", args.tmp_dir) as tmp:
+    with temp_dir("sparklog-bench-produce-", args.tmp_dir) as tmp, Servers(args, tmp) as srv:
+        for w in range(args.warmup):  # not measured: page cache, allocator, a JIT-warm JVM
+            wrun, _, _ = srv.sparklog(work)
+            line = f"  warm-up {w + 1}/{args.warmup}: sparklog {_rate(wrun.records_per_s)}"
+            for label in srv.kafkas:
+                line += f", {label} {_rate(srv.kafka(label, work).records_per_s)}"
+            print(line + " rec/s", flush=True)
         for r in range(repeat):
-            run, got, probe, _ = broker_run(
-                args, work, tmp, capture=r == 0, probe=args.idle_probe if r == 0 else 0
-            )
-            runs.append(run)
-            if got:
-                wire = got
-            if probe:
-                idle = probe
+            # alternate which broker goes first, so that drift favours neither
+            order = ["sparklog", *srv.kafkas]
+            if r % 2:
+                order.reverse()
+            for who in order:
+                wait_for_quiet(args.wait_quiet)
+                if who != "sparklog":
+                    krun = srv.kafka(who, work)
+                    kafka_runs.setdefault(who, []).append(krun)
+                    print(f"  run {r + 1}/{repeat}: {who} {_rate(krun.records_per_s)} rec/s "
+                          f"({krun.seconds:.2f} s, broker CPU {krun.broker_cpu:.1f} s)",
+                          flush=True)  # fmt: skip
+                    continue
+                run, got, _ = srv.sparklog(work, capture=r == 0)
+                runs.append(run)
+                wire = got or wire
+                print(
+                    f"  run {r + 1}/{repeat}: sparklog {_rate(run.records_per_s)} rec/s "
+                    f"({run.seconds:.2f} s, client CPU {run.client_cpu:.1f} s, broker CPU "
+                    f"{run.broker_cpu:.1f} s, other processes {run.others_cpu:.1f} s); "
+                    f"load {run.load}" + (f"; {run.note}" if run.note else ""),
+                    flush=True,
+                )
             wait_for_quiet(args.wait_quiet)
             disk_s.append(run_disk(b"".join(wire), tmp))
             wait_for_quiet(args.wait_quiet)
             cpu_s.append(run_cpu(wire, args.records))
-            if not args.no_kafka:
-                for label, flush in KAFKA_FLAVOURS:
-                    wait_for_quiet(args.wait_quiet)
-                    krun = kafka_run(args, work, tmp, flush_messages=flush)
-                    kafka_runs.setdefault(label, []).append(krun)
-                    print(f"  run {r + 1}/{repeat}: {label} {_rate(krun.records_per_s)} rec/s "
-                          f"({krun.seconds:.2f} s, broker CPU {krun.broker_cpu:.1f} s)",
-                          flush=True)  # fmt: skip
-            print(
-                f"  run {r + 1}/{repeat}: broker {_rate(run.records_per_s)} rec/s "
-                f"({run.seconds:.2f} s, client CPU {run.client_cpu:.1f} s, broker CPU "
-                f"{run.broker_cpu:.1f} s, other processes {run.others_cpu:.1f} s), "
-                f"disk (a) {_rate(args.records / disk_s[-1])} rec/s, "
-                f"CPU (b) {_rate(args.records / cpu_s[-1])} rec/s; load {run.load}"
-                + (f"; {run.note}" if run.note else ""),
-                flush=True,
-            )
+            print(f"  run {r + 1}/{repeat}: disk (a) {_rate(args.records / disk_s[-1])} rec/s, "
+                  f"CPU (b) {_rate(args.records / cpu_s[-1])} rec/s", flush=True)  # fmt: skip
+        if args.idle_probe:
+            idle = srv.idle_probe()
         if args.profile:
-            prun, _, _, profile_text = broker_run(
-                args, work, tmp, capture=False, probe=0, profile=args.profile
-            )
+            prun, _, profile_text = srv.sparklog(work, profile=args.profile)
             profile_text = (
                 f"Profiled run (py-spy --native at {args.profile_rate} Hz attached, not part "
                 f"of the medians): {_rate(prun.records_per_s)} rec/s, {prun.seconds:.2f} s; "
