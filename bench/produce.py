@@ -101,9 +101,9 @@ class Workload:
     value: bytes
 
 
-def make_workload(seed: int = 42) -> Workload:
+def make_workload(seed: int = 42, keys: int = KEY_POOL) -> Workload:
     rnd = random.Random(seed)
-    return Workload([rnd.randbytes(KEY_SIZE) for _ in range(KEY_POOL)], rnd.randbytes(VALUE_SIZE))
+    return Workload([rnd.randbytes(KEY_SIZE) for _ in range(keys)], rnd.randbytes(VALUE_SIZE))
 
 
 def producer_config(bootstrap: str, args: argparse.Namespace) -> dict[str, Any]:
@@ -209,6 +209,7 @@ def produce_records(
         clock = time.perf_counter
         produce, poll = p.produce, p.poll
         keys, value = work.keys, work.value
+        pool = len(keys)
         every = max(1, args.sample_every)
 
         def sampled(t0: float) -> Callable[[Any, Any], None]:
@@ -227,14 +228,14 @@ def produce_records(
         for start in range(0, n, every):
             while True:
                 try:
-                    produce(topic, value, keys[start % KEY_POOL], on_delivery=sampled(clock()))
+                    produce(topic, value, keys[start % pool], on_delivery=sampled(clock()))
                     break
                 except BufferError:
                     poll(0.001)
             for i in range(start + 1, min(n, start + every)):
                 while True:
                     try:
-                        produce(topic, value, keys[i % KEY_POOL])
+                        produce(topic, value, keys[i % pool])
                         break
                     except BufferError:
                         poll(0.001)
