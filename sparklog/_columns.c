@@ -278,7 +278,7 @@ static PyObject *arange(PyObject *Py_UNUSED(self), PyObject *args) {
     Py_ssize_t n;
     int width = 8;
     if (!PyArg_ParseTuple(args, "Ln|i", &base, &n, &width)) return NULL;
-    if (n < 0 || (width != 8 && width != 4))
+    if (n < 0 || (width != 8 && width != 4) || n > PY_SSIZE_T_MAX / width)
         return PyErr_Format(PyExc_ValueError, "arange of %zd values of width %d", n, width);
     PyObject *out = PyBytes_FromStringAndSize(NULL, n * width);
     if (!out) return NULL;
@@ -298,7 +298,7 @@ static PyObject *max_int64(PyObject *Py_UNUSED(self), PyObject *args) {
     Py_buffer view;
     Py_ssize_t offset, n;
     if (!PyArg_ParseTuple(args, "y*nn", &view, &offset, &n)) return NULL;
-    if (offset < 0 || n < 0 || (offset + n) * 8 > view.len) {
+    if (offset < 0 || n < 0 || offset > view.len / 8 || n > view.len / 8 - offset) {
         PyBuffer_Release(&view);
         return PyErr_Format(PyExc_ValueError, "values [%zd, %zd) are outside the buffer",
                             offset, offset + n);

@@ -213,7 +213,7 @@ class AppendService:
             self._verify_transaction(topic, index, batch, transactional_id)
         result = manager.append(handle, batch)
         if not result.duplicate:
-            if manager.wire.enabled and _served_as_produced(config, batch.codec):
+            if manager.wire.enabled and _served_as_produced(handle.log.config, batch):
                 manager.wire.put(handle.wire, result.base_offset, batch.count, raw)
             if self.metrics is not None:
                 self.metrics.produced(topic, batch.count, len(raw))
@@ -299,14 +299,16 @@ def _check_keys(topic: str, index: int, records: pa.RecordBatch) -> None:
     )
 
 
-def _served_as_produced(config: TopicConfig, codec: int) -> bool:
-    """A fetch of this topic serves a batch of ``codec`` as it was produced: records
-    stored as they came (no LogAppendTime stamp, no compaction to rewrite them later) and
-    sent back in their own codec (``sparklog.broker.wire_cache``)."""
-    if config.log_append_time or config.compact:
+def _served_as_produced(config: TopicConfig, batch: DecodedBatch) -> bool:
+    """A fetch of the log of ``config`` (the one that appended ``batch``) serves ``batch``
+    as it was produced: its records stored as they came (no LogAppendTime stamp, no
+    compaction to rewrite them later, no producer fields the log drops) and sent back in
+    their own codec (``sparklog.broker.wire_cache``)."""
+    if config.log_append_time or config.compact or batch.timestamp_type:
         return False
-    served = CODECS.get(config.compression_type, 0)
-    return served in (PRODUCER_CODEC, codec)
+    if batch.producer_id < 0 and (batch.producer_epoch != -1 or batch.base_sequence != -1):
+        return False
+    return CODECS.get(config.compression_type, 0) in (PRODUCER_CODEC, batch.codec)
 
 
 def _not_durable(e: BaseException) -> NotDurableError:

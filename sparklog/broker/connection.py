@@ -137,10 +137,10 @@ class Connection:
         # the request loop awaits its reads directly: if the responder ends first (an error,
         # close_after_response), it cancels the loop, instead of every read racing it
         me = asyncio.current_task()
-        awaiting_responder = False
+        awaiting_responder = finished = False
 
         def responder_ended(_task: asyncio.Task[None]) -> None:
-            if not awaiting_responder and me is not None:
+            if not (awaiting_responder or finished) and me is not None:
                 me.cancel()
 
         responder.add_done_callback(responder_ended)
@@ -170,6 +170,8 @@ class Connection:
                     freed.clear()
                     await freed.wait()
                 frame = await reader.readexactly(size)
+                if responder.done():  # ended while the frame was read: nobody would answer
+                    break
                 job = raw(frame) if raw is not None else dispatch(self, frame)
                 work = asyncio.get_running_loop().create_task(job)
                 sizes[work] = size
@@ -190,6 +192,7 @@ class Connection:
         except Exception:
             log.exception("closing %s after an unexpected error", self)
         finally:
+            finished = True  # a cancel the responder's end already scheduled is not ours
             responder.remove_done_callback(responder_ended)
             if responder.done() and not awaiting_responder:
                 self._responder_ended(responder)

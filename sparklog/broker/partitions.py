@@ -51,7 +51,7 @@ class PartitionHandle:
     leader_epoch: int
     waiters: list[asyncio.Future[None]] = field(default_factory=list)
     #: its recent produced batches (``sparklog.broker.wire_cache``): this handle's only
-    wire: CachedBatches = field(default_factory=CachedBatches)
+    wire: CachedBatches = field(default_factory=CachedBatches, repr=False, compare=False)
 
     @property
     def label(self) -> str:

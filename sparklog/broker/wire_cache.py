@@ -12,19 +12,27 @@ the producer's codec, except the compressed record bytes (the producer's, not cr
 and anything the producer wrote that the decoder does not keep (a record's own offset
 delta: Kafka serves those as produced too, for uncompressed batches).
 
-What it never holds (``AppendService`` decides, per batch): batches of a topic whose
-stored records differ from the wire ones - ``message.timestamp.type=LogAppendTime`` (the
-log stamps the time), a ``compression.type`` other than ``producer`` or the batch's own
-codec (Kafka recompresses those), a compacted topic (compaction rewrites what a fetch of an
-old offset sees) - and a batch whose ``lastOffsetDelta`` is not its record count minus one.
+What it never holds (``AppendService`` decides, per batch, from the config of the log that
+appended it): batches whose stored records differ from the wire ones - of a topic with
+``message.timestamp.type=LogAppendTime`` (the log stamps the time) or a ``compression.type``
+other than ``producer`` or the batch's own codec (Kafka recompresses those), a batch with
+the LogAppendTime bit or producer fields without a producer id (the log stores CreateTime
+and -1s) - and batches of a compacted topic (compaction rewrites what a fetch of an old
+offset sees; a fetch of a compacted topic reads storage, even from batches cached before
+the topic became compacted), and a batch whose ``lastOffsetDelta`` is not its record
+count minus one. The record offset deltas inside a batch are not checked against their
+positions (the decoder stores dense offsets): a producer that wrote others would see its
+own deltas from the cache and dense ones from storage; no Kafka client writes such batches.
 Transaction markers are written by the log, not produced: fetches read them, and any batch
 the cache misses, from the stored Arrow records (``sparklog.broker.handlers.fetch``).
 
 Bounds. One budget of ``fetch_cache_bytes`` for the whole broker (0 turns the cache off:
 no copy on produce, no lookup on fetch); the oldest batch of all goes first, so what is
 kept is the most recent writes of every partition, which is what consumers at the tail
-fetch. A fetch below what is kept, or across a gap (a marker, a batch not cached), reads
-the stored records for that range and goes on from the cache after it.
+fetch. A handle given up (a partition moved away, a topic deleted) frees its batches with
+it; they count against the budget until their turn to be evicted comes. A fetch below
+what is kept, or across a gap (a marker, a batch not cached), reads the stored records for
+that range and goes on from the cache after it.
 
 Threads: the event loop only (produce and fetch handlers).
 """
@@ -33,6 +41,7 @@ from __future__ import annotations
 
 import bisect
 import struct
+import weakref
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -43,7 +52,7 @@ _LAST_OFFSET_DELTA_AT = 23
 _NO_EPOCH = b"\xff\xff\xff\xff"
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, weakref_slot=True)
 class CachedBatches:
     """One partition's cached batches, oldest first: ``bases[i]``..``lasts[i]`` are the
     offsets of ``blobs[i]``; entries before ``head`` are evicted (the lists are compacted
@@ -78,7 +87,9 @@ class WireCache:
     def __init__(self, max_bytes: int) -> None:
         self.max_bytes = max_bytes
         self.bytes = 0
-        self._order: deque[tuple[CachedBatches, int]] = deque()
+        #: every kept batch, oldest first: its partition's (weakly: a handle dropped takes
+        #: its batches with it) and its size
+        self._order: deque[tuple[weakref.ref[CachedBatches], int]] = deque()
 
     @property
     def enabled(self) -> bool:
@@ -101,11 +112,13 @@ class WireCache:
         part.bases.append(base_offset)
         part.lasts.append(base_offset + count - 1)
         part.blobs.append(bytes(blob))
-        self._order.append((part, size))
+        self._order.append((weakref.ref(part), size))
         self.bytes += size
         while self.bytes > self.max_bytes:
-            oldest, n = self._order.popleft()
-            oldest._evict_oldest()
+            ref, n = self._order.popleft()
+            oldest = ref()
+            if oldest is not None:
+                oldest._evict_oldest()
             self.bytes -= n
 
     def take(

@@ -68,6 +68,8 @@ try:  # the compiled helpers (``sparklog/_columns.c``); optional, as the decoder
     _columns = importlib.import_module("sparklog._columns")
 except ImportError:
     _columns = None
+if not hasattr(_columns, "max_int64"):  # built before the helpers: left to pyarrow
+    _columns = None
 _INT64 = pa.int64()
 _INT32 = pa.int32()
 

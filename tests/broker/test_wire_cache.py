@@ -8,22 +8,27 @@ holds come back byte for byte as produced, base offset and leader epoch rewritte
 
 from __future__ import annotations
 
+import gc
 import struct
+import weakref
 from pathlib import Path
 
 import pyarrow as pa
 import pytest
 
+from sparklog.broker.append import _served_as_produced
 from sparklog.broker.config import BrokerConfig
 from sparklog.broker.handlers.fetch import _encoded, _served
 from sparklog.broker.wire_cache import CachedBatches, WireCache
 from sparklog.kafka.records import (
     PRODUCER_CODEC,
+    DecodedBatch,
     build_batch,
     decode_batch,
     split_batches,
 )
 from sparklog.storage import Storage
+from sparklog.storage.config import TopicConfig
 from sparklog.storage.log import PartitionLog
 
 LZ4 = 3
@@ -192,3 +197,44 @@ def test_arrow_records_are_what_the_cached_bytes_decode_to(log: PartitionLog) ->
         zip(stored.column("offset").to_pylist(), stored.column("key").to_pylist(),
             stored.column("value").to_pylist(), strict=True)
     )  # fmt: skip
+
+
+def _decoded(raw: bytes) -> DecodedBatch:
+    return decode_batch(memoryview(raw), max_decompressed=1 << 20)
+
+
+@pytest.mark.parametrize(
+    ("configs", "kept"),
+    [
+        ({}, True),
+        ({"compression.type": "lz4"}, True),  # the batch's own codec
+        ({"compression.type": "zstd"}, False),  # Kafka recompresses it
+        ({"message.timestamp.type": "LogAppendTime"}, False),
+        ({"cleanup.policy": "compact"}, False),
+    ],
+)
+def test_which_topics_batches_are_served_as_produced(configs: dict[str, str], kept: bool) -> None:
+    config = TopicConfig.from_mapping(configs)
+    assert _served_as_produced(config, _decoded(build_batch(_records(0, 3), codec=LZ4))) is kept
+
+
+def test_a_batch_the_log_stores_otherwise_is_not_served_as_produced() -> None:
+    config = TopicConfig.from_mapping({})
+    stamped = build_batch(_records(0, 3), log_append_time=True)  # stored as CreateTime
+    assert not _served_as_produced(config, _decoded(stamped))
+    no_pid = build_batch(_records(0, 3), producer_epoch=3)  # stored with epoch -1
+    assert not _served_as_produced(config, _decoded(no_pid))
+
+
+def test_a_dropped_partitions_batches_go_with_it() -> None:
+    raw = memoryview(build_batch(_records(0, 20)))
+    cache, part = WireCache(3 * len(raw)), CachedBatches()
+    cache.put(part, 0, 20, raw)
+    ref = weakref.ref(part)
+    del part  # its handle given up: nothing else holds it
+    gc.collect()
+    assert ref() is None
+    other = CachedBatches()
+    for i in range(3):  # evicts the dropped partition's entry without touching it
+        cache.put(other, i * 20, 20, raw)
+    assert cache.bytes == 3 * len(raw) and other.find(0) == 0

@@ -151,7 +151,7 @@ def _read_partition(
         if offset >= end or (limit <= 0 and not first):
             return {**entry, "records": b""}, waiter, 0
         wire = ctx.manager.wire
-        if waiter is FOLLOWER or not wire.enabled:
+        if waiter is FOLLOWER or not wire.enabled or meta.config.compact:
             data, after, count = _encoded(view, offset, end, limit, first, codec)
         else:
             assert isinstance(waiter, PartitionHandle)
@@ -220,6 +220,9 @@ def _served(
         stop = end if nxt is None else min(end, nxt)
         data, after, n = _encoded(view, at, stop, limit - size, first and not parts, codec)
         if not n:
+            if stop < end and first and not parts:  # no records there at all: go past
+                at = stop
+                continue
             break
         parts.append(data)
         size += len(data)
