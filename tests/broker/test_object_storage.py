@@ -139,17 +139,20 @@ def test_cluster_mode_refuses_a_store_without_atomic_create(s3_server: SeaweedS3
     check_atomic_create(s3, f"{s3_server.bucket}/{uuid.uuid4().hex}", "s3://bucket/x")
 
 
-def test_a_fetch_the_failing_store_cannot_serve_answers_kafka_storage_error(
-    s3_server: SeaweedS3, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Sealed records live in the bucket only: with the store answering 500, their fetch
-    answers KAFKA_STORAGE_ERROR (retriable), the broker keeps serving, and the same fetch
-    succeeds once the store is back."""
+def _fetch_sealed_with_store_failing(
+    s3_server: SeaweedS3, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cache_bytes: int
+) -> tuple[int, int]:
+    """20 records produced and sealed into the bucket, the sealed cache file collected; the
+    error codes of a fetch from offset 0 with the store answering 500, then once it is
+    back. ``cache_bytes``: the broker's ``fetch_cache_bytes``."""
+    conf = tmp_path / "broker.toml"
+    conf.write_text(f"[broker]\nfetch_cache_bytes = {cache_bytes}\n")
     with S3FaultProxy(s3_server.endpoint) as proxy:
         for k, v in proxy.env(s3_server.env()).items():
             monkeypatch.setenv(k, v)
         uri = f"s3://{s3_server.bucket}/{uuid.uuid4().hex}"
-        with BrokerProcess(uri, extra=("--cache-dir", str(tmp_path / "cache"))) as broker:
+        extra = ("--cache-dir", str(tmp_path / "cache"), "--config", str(conf))
+        with BrokerProcess(uri, extra=extra) as broker:
             admin = AdminClient({"bootstrap.servers": broker.bootstrap})
             topic = NewTopic("sealed", 1, 1, config={"segment.ms": "500"})
             for f in admin.create_topics([topic]).values():
@@ -163,12 +166,28 @@ def test_a_fetch_the_failing_store_cannot_serve_answers_kafka_storage_error(
                 time.sleep(0.3)
             time.sleep(2)  # the sealed cache file is collected; its records are in the bucket
             proxy.error(500)
-            assert (
-                int(fetch_partition0(broker.bootstrap, "sealed").error_code)
-                == ErrorCode.kafka_storage_error
-            )
+            failing = int(fetch_partition0(broker.bootstrap, "sealed").error_code)
             proxy.pass_through()
-            assert int(fetch_partition0(broker.bootstrap, "sealed").error_code) == 0
+            return failing, int(fetch_partition0(broker.bootstrap, "sealed").error_code)
+
+
+def test_a_fetch_the_failing_store_cannot_serve_answers_kafka_storage_error(
+    s3_server: SeaweedS3, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Sealed records live in the bucket only (the broker's fetch cache off): with the
+    store answering 500, their fetch answers KAFKA_STORAGE_ERROR (retriable), the broker
+    keeps serving, and the same fetch succeeds once the store is back."""
+    got = _fetch_sealed_with_store_failing(s3_server, tmp_path, monkeypatch, 0)
+    assert got == (ErrorCode.kafka_storage_error, 0)
+
+
+def test_recent_records_are_fetched_from_the_broker_while_the_store_fails(
+    s3_server: SeaweedS3, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With the fetch cache on (the default), the batches this broker appended are served
+    from its memory (``sparklog.broker.wire_cache``): the failing store is not asked."""
+    got = _fetch_sealed_with_store_failing(s3_server, tmp_path, monkeypatch, 256 << 20)
+    assert got == (0, 0)
 
 
 def test_a_topic_deleted_and_created_again_does_not_find_the_old_tail(
