@@ -71,7 +71,13 @@ class Writer:
     """One producer thread: 500 keys to the compacted topic, and events, without pause."""
 
     def __init__(self, bootstrap: str) -> None:
-        self.producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 10})
+        # batches of at most one segment: a batch over retention.bytes would be an active
+        # segment of one frame, which never rolls, and retention could not bring the topic
+        # within its limit however well the scheduler did (how big librdkafka's default
+        # 1 MB batches grow depends on how fast this thread runs)
+        self.producer = Producer(
+            {"bootstrap.servers": bootstrap, "linger.ms": 10, "batch.size": SEGMENT_BYTES}
+        )
         self.errors: list[str] = []
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self._run)
